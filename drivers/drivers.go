@@ -1,0 +1,134 @@
+// Package drivers is what a bound capability needs from a bus. Each bus kind
+// has a small transport interface (I2CBus, GPIOChip, ModbusBus) implemented
+// twice: by the real driver (drivers/i2c, drivers/gpio, drivers/modbus) and by
+// the simulator (drivers/sim). Points (point.go) turn a manifest binding plus a
+// transport into typed reads and writes, so the encoding code is the same for
+// simulated and real hardware. Drivers know nothing about MCP.
+package drivers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/physmcp/physmcpd/manifest"
+)
+
+// Bus is an opened transport. Its concrete interface depends on the bus kind.
+type Bus interface {
+	// Describe names the bus for logs and errors ("i2c /dev/i2c-1", "modbus-tcp 10.0.0.5:502").
+	Describe() string
+	Close() error
+}
+
+// I2CBus performs combined write-then-read transactions on one adapter.
+// Implementations serialise transactions.
+type I2CBus interface {
+	Bus
+	// Tx writes w then reads len(r) bytes from the 7-bit address addr.
+	Tx(ctx context.Context, addr uint16, w, r []byte) error
+}
+
+// LineConfig is how a GPIO line is requested.
+type LineConfig struct {
+	Direction manifest.GPIODirection
+	ActiveLow bool
+	Bias      string
+	// Initial is the logical level an output starts at (its safe level).
+	Initial bool
+}
+
+// GPIOChip hands out lines on one chip.
+type GPIOChip interface {
+	Bus
+	// Line finds a line by name, or by offset when name is empty, and requests it.
+	Line(name string, offset int, cfg LineConfig) (GPIOLine, error)
+}
+
+// GPIOLine is one requested line. Levels are logical (active-low already applied).
+type GPIOLine interface {
+	// Read returns the input level; for an output, the last level written
+	// (reading an output through the kernel would turn it into an input).
+	Read(ctx context.Context) (bool, error)
+	Write(ctx context.Context, level bool) error
+}
+
+// ModbusBus performs Modbus transactions. Implementations run one
+// transaction at a time per bus and map exception replies to *ModbusException.
+type ModbusBus interface {
+	Bus
+	// ReadBits reads coils (FC1) or discrete inputs (FC2).
+	ReadBits(ctx context.Context, unit uint8, table manifest.ModbusTable, addr, count uint16) ([]bool, error)
+	// ReadRegisters reads holding (FC3) or input (FC4) registers.
+	ReadRegisters(ctx context.Context, unit uint8, table manifest.ModbusTable, addr, count uint16) ([]uint16, error)
+	// WriteCoils writes one coil (FC5) or several (FC15).
+	WriteCoils(ctx context.Context, unit uint8, addr uint16, values []bool) error
+	// WriteRegisters writes one holding register (FC6) or several (FC16).
+	WriteRegisters(ctx context.Context, unit uint8, addr uint16, values []uint16) error
+}
+
+// ModbusException is an exception reply from a Modbus device.
+type ModbusException struct {
+	Function uint8
+	Code     uint8
+}
+
+var modbusExceptionNames = map[uint8]string{
+	1:  "illegal function",
+	2:  "illegal data address",
+	3:  "illegal data value",
+	4:  "server device failure",
+	5:  "acknowledge",
+	6:  "server device busy",
+	8:  "memory parity error",
+	10: "gateway path unavailable",
+	11: "gateway target device failed to respond",
+}
+
+func (e *ModbusException) Error() string {
+	name := modbusExceptionNames[e.Code]
+	if name == "" {
+		name = "unknown exception"
+	}
+	return fmt.Sprintf("modbus exception %d (%s) to function %d", e.Code, name, e.Function)
+}
+
+// Errors a transport returns (wrapped with context) so the engine can tell a
+// dead device from a refused request.
+var (
+	// ErrTimeout: the device did not answer in time.
+	ErrTimeout = errors.New("timeout")
+	// ErrUnreachable: the bus or device is offline (not connected, not present).
+	ErrUnreachable = errors.New("unreachable")
+)
+
+// Value is a capability value as clients see it: float64, int64, bool or string.
+type Value = any
+
+// Sample is one measurement.
+type Sample struct {
+	Value Value
+	// At is when the value was measured (not when it was served).
+	At time.Time
+}
+
+// Point is a capability bound to its transport: typed reads and writes with the
+// binding's encoding applied.
+type Point interface {
+	Read(ctx context.Context) (Sample, error)
+	// Write sets the value. It fails with ErrNotWritable for inputs.
+	Write(ctx context.Context, v Value) error
+	// Describe names the point ("modbus-rtu /dev/ttyUSB0 unit 1 holding 10 float32").
+	Describe() string
+}
+
+// ErrNotWritable: the binding names an input (discrete input, input register, GPIO input).
+var ErrNotWritable = errors.New("point is not writable")
+
+// Opener opens one bus of the manifest. Simulators read the capabilities bound
+// to the bus to model their values, so the whole manifest is passed.
+type Opener func(ctx context.Context, m *manifest.Manifest, b *manifest.Bus) (Bus, error)
+
+// Openers maps each bus type to its real driver.
+type Openers map[manifest.BusType]Opener

@@ -1,0 +1,199 @@
+// Package promcp holds the proMCP v0.2 wire contracts (SPEC.md §1) as Go types
+// and JSON Schemas: read_* responses, do_* inputs and responses, can_do intents
+// and CapabilityReports, and the permission enum. It knows nothing of buses or MCP.
+package promcp
+
+import "time"
+
+// BaseVersion is the proMCP version this server implements (declared as promcp_base).
+const BaseVersion = "0.2.0"
+
+// Quality is how far a read_* value can be trusted.
+type Quality string
+
+const (
+	QualityGood     Quality = "good"
+	QualityStale    Quality = "stale"
+	QualityDegraded Quality = "degraded"
+	QualityError    Quality = "error"
+)
+
+// Permission is the proMCP permission enum: exactly these nine values.
+type Permission string
+
+const (
+	Allowed                Permission = "allowed"
+	RequiresHumanApproval  Permission = "requires_human_approval"
+	PolicyDenied           Permission = "policy_denied"
+	RateLimited            Permission = "rate_limited"
+	CooldownActive         Permission = "cooldown_active"
+	OutOfRange             Permission = "out_of_range"
+	PermissionInsufficient Permission = "permission_insufficient"
+	SourceUnreachable      Permission = "source_unreachable"
+	PartitionNoQuorum      Permission = "partition_no_quorum"
+)
+
+// Permissions lists the enum in the spec's order.
+var Permissions = []Permission{
+	Allowed, RequiresHumanApproval, PolicyDenied, RateLimited, CooldownActive,
+	OutOfRange, PermissionInsufficient, SourceUnreachable, PartitionNoQuorum,
+}
+
+// Status is the outcome of a do_* call.
+type Status string
+
+const (
+	StatusSuccess Status = "success"
+	StatusPartial Status = "partial"
+	StatusFailed  Status = "failed"
+)
+
+// Time formats timestamps as RFC 3339 UTC with milliseconds.
+func Time(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
+
+// ReadResponse is what every read_* returns.
+type ReadResponse struct {
+	Value     any     `json:"value"`
+	Unit      *string `json:"unit"`
+	Timestamp string  `json:"timestamp"`
+	Quality   Quality `json:"quality"`
+	// Extensions (PhysMCP): the device and, when quality is not good, why.
+	DeviceID string `json:"device_id,omitempty"`
+	Detail   string `json:"detail,omitempty"`
+}
+
+// DoRequest is the input of every do_*.
+type DoRequest struct {
+	Value          any    `json:"value"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+}
+
+// Compensation is the undo call as data.
+type Compensation struct {
+	Tool      string         `json:"tool"`
+	Arguments map[string]any `json:"arguments"`
+}
+
+// DoResponse is what every do_* returns.
+type DoResponse struct {
+	Status           Status        `json:"status"`
+	IdempotencyKey   string        `json:"idempotency_key"`
+	AppliedValue     any           `json:"applied_value"`
+	PreviousValue    any           `json:"previous_value"`
+	SideEffects      []string      `json:"side_effects"`
+	Compensable      bool          `json:"compensable"`
+	CompensationHint *string       `json:"compensation_hint"`
+	Timestamp        string        `json:"timestamp"`
+	Compensation     *Compensation `json:"compensation,omitempty"`
+	// Extensions: why a call failed or was changed, as a permission and in words.
+	Permission Permission `json:"permission,omitempty"`
+	Reason     string     `json:"reason,omitempty"`
+	Warnings   []string   `json:"warnings,omitempty"`
+	DeviceID   string     `json:"device_id,omitempty"`
+}
+
+// Intent is what a can_do caller wants to do.
+type Intent struct {
+	SemanticTags []string `json:"semantic_tags"`
+	Action       string   `json:"action,omitempty"`
+	Target       string   `json:"target,omitempty"`
+	Value        any      `json:"value,omitempty"`
+	Location     string   `json:"location,omitempty"`
+}
+
+// Actions are the intent actions proMCP defines.
+var Actions = []string{"read", "create", "update", "delete", "toggle", "increase", "decrease", "set"}
+
+// CanDoRequest is the input of can_do. PhysMCP's query/direction are accepted as aliases.
+type CanDoRequest struct {
+	Intent Intent   `json:"intent"`
+	Scope  []string `json:"scope,omitempty"`
+}
+
+// CurrentState is a candidate's last known value.
+type CurrentState struct {
+	Value     any     `json:"value"`
+	Unit      *string `json:"unit"`
+	Timestamp string  `json:"timestamp"`
+}
+
+// Constraints bound what a candidate accepts.
+type Constraints struct {
+	Min        *float64 `json:"min"`
+	Max        *float64 `json:"max"`
+	Unit       *string  `json:"unit"`
+	EnumValues []string `json:"enum_values"`
+	// Extensions.
+	RateLimit  string `json:"rate_limit,omitempty"`
+	CooldownMs int    `json:"cooldown_ms,omitempty"`
+	MinRole    string `json:"min_role,omitempty"`
+}
+
+// Candidate is a capability that can serve the intent.
+type Candidate struct {
+	Capability         string       `json:"capability"`
+	Source             string       `json:"source"`
+	Confidence         float64      `json:"confidence"`
+	Permission         Permission   `json:"permission"`
+	CurrentState       CurrentState `json:"current_state"`
+	Constraints        Constraints  `json:"constraints"`
+	SideEffects        []string     `json:"side_effects"`
+	ValidUntil         string       `json:"valid_until"`
+	EstimatedLatencyMs float64      `json:"estimated_latency_ms"`
+	// Extensions (PhysMCP).
+	DeviceID     string   `json:"device_id,omitempty"`
+	MatchReasons []string `json:"match_reasons,omitempty"`
+}
+
+// Blocked is a capability that matched but cannot act now.
+type Blocked struct {
+	Capability string     `json:"capability"`
+	Source     string     `json:"source"`
+	Permission Permission `json:"permission"`
+	Reason     string     `json:"reason"`
+	Details    *string    `json:"details"`
+	// Extensions: when the block may clear, and how well it matched.
+	ClearsAt     string   `json:"clears_at,omitempty"`
+	Confidence   float64  `json:"confidence,omitempty"`
+	MatchReasons []string `json:"match_reasons,omitempty"`
+}
+
+// Unroutable outcomes.
+const (
+	NoProducer        = "no_producer"
+	RequirementsUnmet = "requirements_unmet"
+	MalformedRequest  = "malformed_request"
+)
+
+// Unroutable explains why an intent could not be routed at all.
+type Unroutable struct {
+	Outcome string `json:"outcome"`
+	Reason  string `json:"reason"`
+	Detail  string `json:"detail"`
+}
+
+// ReportContext is what a caller should look at before acting.
+type ReportContext struct {
+	RelatedReads        []string       `json:"related_reads"`
+	CurrentObservations map[string]any `json:"current_observations"`
+}
+
+// ReportMetadata describes the report itself.
+type ReportMetadata struct {
+	Timestamp      string  `json:"timestamp"`
+	TotalLatencyMs float64 `json:"total_latency_ms"`
+	// Extensions.
+	DeviceID   string `json:"device_id,omitempty"`
+	PromcpBase string `json:"promcp_base,omitempty"`
+}
+
+// CapabilityReport is can_do's answer.
+type CapabilityReport struct {
+	QueryID    string         `json:"query_id"`
+	Feasible   bool           `json:"feasible"`
+	Candidates []Candidate    `json:"candidates"`
+	Blocked    []Blocked      `json:"blocked"`
+	Unroutable []Unroutable   `json:"unroutable"`
+	Context    ReportContext  `json:"context"`
+	Metadata   ReportMetadata `json:"metadata"`
+}
