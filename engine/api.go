@@ -1,0 +1,32 @@
+// Package engine binds a manifest's capabilities to drivers and answers the
+// three proMCP verbs: read_* (cached, collapsed, honest quality), do_* (every
+// safety check on every call, idempotent) and can_do (the same checks as a dry
+// run). It knows nothing of MCP; the adapter in mcpserver is a thin edge.
+package engine
+
+import (
+	"github.com/physmcp/physmcpd/manifest"
+)
+
+// Caller is who is calling, as established by the transport (stdio: the
+// policy's local role; HTTP: the authenticated token).
+type Caller struct {
+	Identity string
+	Role     manifest.Role
+}
+
+// ToolKind is a proMCP verb.
+type ToolKind string
+
+const (
+	ToolRead  ToolKind = "read"
+	ToolDo    ToolKind = "do"
+	ToolCanDo ToolKind = "can_do"
+)
+
+// Tool is one tool the engine serves.
+type Tool struct {
+	Name       string
+	Kind       ToolKind
+	Capability *manifest.Capability // nil for can_do
+}
