@@ -111,6 +111,11 @@ type Sample struct {
 	Value Value
 	// At is when the value was measured (not when it was served).
 	At time.Time
+	// Flag, when not empty, says the device answered but the value is not
+	// usable as it stands (NaN or infinity from a meter, an enum index with no
+	// name, a sensor error code); Value is then nil. The engine reports it as
+	// quality degraded.
+	Flag string
 }
 
 // Point is a capability bound to its transport: typed reads and writes with the
