@@ -3,12 +3,21 @@ module github.com/physmcp/physmcpd
 go 1.26
 
 require (
-	github.com/goburrow/modbus v0.1.0 // indirect
+	github.com/goburrow/modbus v0.1.0
+	github.com/mark3labs/mcp-go v1.2.1
+	go.bug.st/serial v1.8.0
+	golang.org/x/sys v0.43.0
+	gopkg.in/yaml.v3 v3.0.1
+	periph.io/x/conn/v3 v3.7.3
+	periph.io/x/host/v3 v3.8.5
+)
+
+require (
 	github.com/goburrow/serial v0.1.0 // indirect
-	github.com/mark3labs/mcp-go v1.2.1 // indirect
-	go.bug.st/serial v1.8.0 // indirect
-	golang.org/x/sys v0.43.0 // indirect
-	gopkg.in/yaml.v3 v3.0.1 // indirect
-	periph.io/x/conn/v3 v3.7.3 // indirect
-	periph.io/x/host/v3 v3.8.5 // indirect
+	github.com/google/jsonschema-go v0.4.2 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.2 // indirect
+	github.com/spf13/cast v1.7.1 // indirect
+	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
+	golang.org/x/text v0.14.0 // indirect
 )

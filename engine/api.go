@@ -5,6 +5,8 @@
 package engine
 
 import (
+	"context"
+
 	"github.com/physmcp/physmcpd/manifest"
 )
 
@@ -13,6 +15,9 @@ import (
 type Caller struct {
 	Identity string
 	Role     manifest.Role
+	// Approve asks the caller's person to approve an action (MCP elicitation);
+	// nil when the client cannot ask, and then approval-gated calls are refused.
+	Approve func(ctx context.Context, req ApprovalRequest) (bool, error)
 }
 
 // ToolKind is a proMCP verb.

@@ -3,13 +3,14 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/physmcp/physmcpd/drivers"
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/policy"
-	"github.com/physmcp/physmcpd/promcp"
 )
 
 // Options tune an Engine; the zero value is production behaviour.
@@ -18,42 +19,171 @@ type Options struct {
 	Now func() time.Time
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Idempotency stores do_* outcomes by key; defaults to an in-memory store
+	// that keeps keys for 24 h.
+	Idempotency IdempotencyStore
+	// Quorum reports how many nodes (this one included) can be reached now;
+	// nil means a lone node (1).
+	Quorum func() int
 }
+
+// ErrUnknownTool is returned for a tool the device does not serve.
+var ErrUnknownTool = errors.New("unknown tool")
 
 // Engine serves one device.
 type Engine struct {
-	m *manifest.Manifest
-	p *policy.Policy
+	m      *manifest.Manifest
+	p      *policy.Policy
+	now    func() time.Time
+	log    *slog.Logger
+	idem   IdempotencyStore
+	quorum func() int
+	buses  map[string]drivers.Bus
+
+	tools  []Tool
+	points map[string]*point // by tool name
+	// byLocation groups points that address the same register or line, so a
+	// write invalidates the cached reads that would otherwise hide it.
+	byLocation map[string][]*point
+
+	inflight sync.Mutex
+	running  map[string]*keyedCall // do_* calls in progress, by idempotency key
 }
 
-var errTODO = errors.New("engine: not implemented yet")
+// point is a capability bound to its driver, with its read cache and limits.
+type point struct {
+	c        *manifest.Capability
+	tool     string
+	drv      drivers.Point
+	busType  manifest.BusType
+	location string
+
+	reads flight
+
+	mu        sync.Mutex
+	last      *reading // latest successful read (plausible or not)
+	lastGood  *reading // latest plausible read
+	lastErr   error    // error of the latest attempt, nil after a success
+	lastWrite time.Time
+	writes    []time.Time // successful writes, oldest first, for rate limits
+	latency   latencyEstimate
+}
+
+// reading is one read as the engine keeps it.
+type reading struct {
+	value any
+	at    time.Time
+	flag  string // why the value is implausible; empty when good
+}
 
 // New binds every capability of m to its bus in buses (keyed by bus name).
 func New(m *manifest.Manifest, p *policy.Policy, buses map[string]drivers.Bus, opts Options) (*Engine, error) {
-	return &Engine{m: m, p: p}, nil
+	e := &Engine{
+		m:          m,
+		p:          p,
+		now:        opts.Now,
+		log:        opts.Logger,
+		idem:       opts.Idempotency,
+		quorum:     opts.Quorum,
+		buses:      buses,
+		points:     map[string]*point{},
+		byLocation: map[string][]*point{},
+		running:    map[string]*keyedCall{},
+	}
+	if e.now == nil {
+		e.now = time.Now
+	}
+	if e.log == nil {
+		e.log = slog.Default()
+	}
+	if e.idem == nil {
+		e.idem = NewMemoryStore(e.now)
+	}
+	if e.quorum == nil {
+		e.quorum = func() int { return 1 }
+	}
+	for _, c := range m.Capabilities {
+		bus, ok := buses[c.Binding.Bus]
+		if !ok {
+			return nil, fmt.Errorf("capability %s: bus %q was not opened", c.ToolName(), c.Binding.Bus)
+		}
+		drv, err := drivers.Bind(bus, c)
+		if err != nil {
+			return nil, fmt.Errorf("capability %s: %w", c.ToolName(), err)
+		}
+		pt := &point{c: c, tool: c.ToolName(), drv: drv, busType: c.Binding.Type, location: locationKey(c)}
+		e.points[pt.tool] = pt
+		e.byLocation[pt.location] = append(e.byLocation[pt.location], pt)
+		e.tools = append(e.tools, Tool{Name: pt.tool, Kind: ToolKind(c.Kind), Capability: c})
+	}
+	e.tools = append(e.tools, Tool{Name: "can_do", Kind: ToolCanDo})
+	return e, nil
+}
+
+// locationKey names the register or line a capability addresses on its bus.
+func locationKey(c *manifest.Capability) string {
+	b := c.Binding
+	switch {
+	case b.I2C != nil:
+		return fmt.Sprintf("%s/i2c/%#x/%#x", b.Bus, b.I2C.Address, b.I2C.Register)
+	case b.GPIO != nil:
+		if b.GPIO.Line != "" {
+			return fmt.Sprintf("%s/gpio/%s", b.Bus, b.GPIO.Line)
+		}
+		return fmt.Sprintf("%s/gpio/#%d", b.Bus, b.GPIO.Offset)
+	case b.Modbus != nil:
+		return fmt.Sprintf("%s/modbus/%d/%s/%d", b.Bus, b.Modbus.Unit, b.Modbus.Table, b.Modbus.Address)
+	}
+	return b.Bus + "/" + c.ToolName()
 }
 
 // Manifest returns the device model the engine serves.
 func (e *Engine) Manifest() *manifest.Manifest { return e.m }
 
-// Tools lists read_*, do_* and can_do in manifest order.
-func (e *Engine) Tools() []Tool { return nil }
+// Policy returns the policy in force (nil when none was given).
+func (e *Engine) Policy() *policy.Policy { return e.p }
 
-// Read answers a read_* tool. The error is non-nil only for an unknown tool.
-func (e *Engine) Read(ctx context.Context, tool string) (promcp.ReadResponse, error) {
-	return promcp.ReadResponse{}, errTODO
-}
+// Tools lists read_* and do_* in manifest order, then can_do.
+func (e *Engine) Tools() []Tool { return append([]Tool(nil), e.tools...) }
 
-// Do answers a do_* tool. Refusals and failures are DoResponses with status
-// failed; the error is non-nil only for an unknown tool.
-func (e *Engine) Do(ctx context.Context, caller Caller, tool string, req promcp.DoRequest) (promcp.DoResponse, error) {
-	return promcp.DoResponse{}, errTODO
-}
-
-// CanDo answers can_do without acting.
-func (e *Engine) CanDo(ctx context.Context, caller Caller, req promcp.CanDoRequest) (promcp.CapabilityReport, error) {
-	return promcp.CapabilityReport{}, errTODO
+func (e *Engine) lookup(tool string, kind manifest.Kind) (*point, error) {
+	pt, ok := e.points[tool]
+	if !ok || pt.c.Kind != kind {
+		return nil, fmt.Errorf("%w %q", ErrUnknownTool, tool)
+	}
+	return pt, nil
 }
 
 // Close releases the buses.
-func (e *Engine) Close() error { return nil }
+func (e *Engine) Close() error {
+	var errs []error
+	for name, b := range e.buses {
+		if err := b.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("bus %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (e *Engine) deviceID() string { return e.m.Device.ID }
+
+func unitOf(c *manifest.Capability) *string {
+	if c.Unit == "" {
+		return nil
+	}
+	u := c.Unit
+	return &u
+}
+
+// timed runs one driver transaction under the capability's timeout and feeds
+// the latency estimate can_do reports.
+func (e *Engine) timed(ctx context.Context, pt *point, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, pt.c.Timeout())
+	defer cancel()
+	start := time.Now()
+	err := f(ctx)
+	pt.mu.Lock()
+	pt.latency.observe(time.Since(start))
+	pt.mu.Unlock()
+	return err
+}

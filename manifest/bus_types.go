@@ -1,6 +1,10 @@
 package manifest
 
-import "time"
+import (
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
 
 // BusType names a kind of bus.
 type BusType string
@@ -124,6 +128,10 @@ type Binding struct {
 	Modbus *ModbusBinding
 
 	At Positions
+
+	// rest holds the keys other than bus and type until validation, which
+	// knows the bus's type, decodes them into the typed part.
+	rest *yaml.Node
 }
 
 // ByteOrder is the order of bytes within a register (or an I2C word).

@@ -158,14 +158,19 @@ type Blocked struct {
 	MatchReasons []string `json:"match_reasons,omitempty"`
 }
 
-// Unroutable outcomes.
+// OutcomeUnroutable is the outcome of every unroutable entry; Reason says why.
+const OutcomeUnroutable = "unroutable"
+
+// Unroutable reasons.
 const (
 	NoProducer        = "no_producer"
 	RequirementsUnmet = "requirements_unmet"
 	MalformedRequest  = "malformed_request"
 )
 
-// Unroutable explains why an intent could not be routed at all.
+// Unroutable explains why an intent could not be routed at all: Outcome is
+// always "unroutable", Reason one of no_producer, requirements_unmet,
+// malformed_request.
 type Unroutable struct {
 	Outcome string `json:"outcome"`
 	Reason  string `json:"reason"`

@@ -1,11 +1,14 @@
 package strictyaml
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,6 +22,9 @@ import (
 type Positions struct {
 	Self   Pos
 	Values map[string]Pos
+	// Key is where the map key stands when the mapping is a value in a map
+	// (capabilities.do_x: ...), so a finding about the name can point at it.
+	Key Pos
 }
 
 // Of returns the position of key's value, or of the mapping itself when the key is absent.
@@ -67,6 +73,22 @@ func (d *Decoder) Errorf(n *yaml.Node, path, format string, args ...any) {
 	d.Diags.Errorf(d.Pos(n), "%s", msg)
 }
 
+// parserProblems are the yaml.v3 parser's messages; it reports their line
+// counted from 0, where every other message counts from 1.
+var parserProblems = map[string]bool{
+	"did not find expected <stream-start>":   true,
+	"did not find expected <document start>": true,
+	"did not find expected node content":     true,
+	"did not find expected '-' indicator":    true,
+	"did not find expected key":              true,
+	"did not find expected ',' or ']'":       true,
+	"did not find expected ',' or '}'":       true,
+	"found undefined tag handle":             true,
+	"found duplicate %YAML directive":        true,
+	"found incompatible YAML document":       true,
+	"found duplicate %TAG directive":         true,
+}
+
 var yamlLine = regexp.MustCompile(`line (\d+)(?:, column (\d+))?`)
 
 // Parse reads one YAML document. Syntax errors become findings with the line
@@ -74,9 +96,26 @@ var yamlLine = regexp.MustCompile(`line (\d+)(?:, column (\d+))?`)
 func Parse(file string, data []byte) (*yaml.Node, Diags) {
 	var diags Diags
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	err := dec.Decode(&doc)
+	if errors.Is(err, io.EOF) {
+		diags.Errorf(Pos{File: file, Line: 1, Col: 1}, "the file is empty")
+		return nil, diags
+	}
+	if err == nil {
+		// A second document would be silently ignored by a single Unmarshal.
+		var extra yaml.Node
+		if err2 := dec.Decode(&extra); err2 == nil {
+			diags.Errorf(Pos{File: file, Line: extra.Line, Col: extra.Column}, "the file holds more than one YAML document; physmcpd reads exactly one")
+			return nil, diags
+		} else if !errors.Is(err2, io.EOF) {
+			err = err2
+		}
+	}
+	if err != nil {
 		line, col := 1, 1
-		if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		m := yamlLine.FindStringSubmatch(err.Error())
+		if m != nil {
 			line, _ = strconv.Atoi(m[1])
 			if m[2] != "" {
 				col, _ = strconv.Atoi(m[2])
@@ -85,6 +124,9 @@ func Parse(file string, data []byte) (*yaml.Node, Diags) {
 		msg := strings.TrimPrefix(err.Error(), "yaml: ")
 		msg = yamlLine.ReplaceAllString(msg, "")
 		msg = strings.TrimLeft(msg, ": ")
+		if parserProblems[msg] && m != nil {
+			line++ // yaml.v3 prints parser (not scanner) error lines 0-based
+		}
 		diags.Errorf(Pos{File: file, Line: line, Col: col}, "YAML syntax error: %s", msg)
 		return nil, diags
 	}
@@ -157,6 +199,9 @@ func (d *Decoder) value(n *yaml.Node, v reflect.Value, path string) {
 			v.SetFloat(f)
 		}
 	case reflect.Interface:
+		if d.ambiguousZero(n, path) {
+			return
+		}
 		var x any
 		if err := n.Decode(&x); err != nil {
 			d.Errorf(n, path, "%v", err)
@@ -230,6 +275,11 @@ func (d *Decoder) structValue(n *yaml.Node, v reflect.Value, path string) {
 			continue
 		}
 		pos.Values[key] = d.Pos(resolve(val))
+		if isNull(resolve(val)) {
+			// "key:" with nothing after it is a slip, never a way to ask for the default.
+			d.Errorf(val, kp, "has no value; give one or remove the key")
+			continue
+		}
 		d.value(val, v.Field(f.index), kp)
 	}
 	for _, name := range names {
@@ -269,11 +319,16 @@ func (d *Decoder) mapValue(n *yaml.Node, v reflect.Value, path string) {
 			continue
 		}
 		seen[k.Value] = true
+		if isNull(resolve(val)) {
+			d.Errorf(val, join(path, k.Value), "value is empty; expected %s", kindName(v.Type().Elem()))
+			continue
+		}
 		elem := reflect.New(v.Type().Elem()).Elem()
 		if elem.Kind() == reflect.Pointer {
 			elem.Set(reflect.New(elem.Type().Elem()))
 		}
 		d.value(val, elem, join(path, k.Value))
+		setKeyPos(elem, d.Pos(k))
 		if kv, ok := elem.Interface().(KeyedValue); ok {
 			kv.SetKey(k.Value)
 		} else if elem.CanAddr() {
@@ -285,14 +340,42 @@ func (d *Decoder) mapValue(n *yaml.Node, v reflect.Value, path string) {
 	}
 }
 
+// setKeyPos records a map key's position in the element's Positions, if it has one.
+func setKeyPos(elem reflect.Value, p Pos) {
+	for elem.Kind() == reflect.Pointer {
+		if elem.IsNil() {
+			return
+		}
+		elem = elem.Elem()
+	}
+	if elem.Kind() != reflect.Struct || !elem.CanSet() {
+		return
+	}
+	for i := 0; i < elem.NumField(); i++ {
+		if elem.Type().Field(i).Type == positionsType {
+			pos := elem.Field(i).Addr().Interface().(*Positions)
+			pos.Key = p
+			return
+		}
+	}
+}
+
 func (d *Decoder) sliceValue(n *yaml.Node, v reflect.Value, path string) {
 	if n.Kind != yaml.SequenceNode {
 		d.Errorf(n, path, "expected a list, got %s", describe(n))
 		return
 	}
-	s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+	s := reflect.MakeSlice(v.Type(), 0, len(n.Content))
 	for i, item := range n.Content {
-		d.value(item, s.Index(i), fmt.Sprintf("%s[%d]", path, i))
+		itemPath := fmt.Sprintf("%s[%d]", path, i)
+		if isNull(resolve(item)) {
+			// An empty item is a slip (a stray "-"), never a value to keep.
+			d.Errorf(item, itemPath, "list item is empty")
+			continue
+		}
+		elem := reflect.New(v.Type().Elem()).Elem()
+		d.value(item, elem, itemPath)
+		s = reflect.Append(s, elem)
 	}
 	v.Set(s)
 }
@@ -326,6 +409,9 @@ func (d *Decoder) Bool(n *yaml.Node, path string) (bool, bool) {
 // Int decodes a whole number (decimal, 0x hex, 0o octal or 0b binary) that fits in bits.
 func (d *Decoder) Int(n *yaml.Node, path string, bits int) (int64, bool) {
 	n = resolve(n)
+	if d.ambiguousZero(n, path) {
+		return 0, false
+	}
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!int" {
 		i, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, bits)
 		if err == nil {
@@ -343,6 +429,9 @@ func (d *Decoder) Int(n *yaml.Node, path string, bits int) (int64, bool) {
 // Uint decodes a non-negative whole number that fits in bits.
 func (d *Decoder) Uint(n *yaml.Node, path string, bits int) (uint64, bool) {
 	n = resolve(n)
+	if d.ambiguousZero(n, path) {
+		return 0, false
+	}
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!int" {
 		text := strings.ReplaceAll(n.Value, "_", "")
 		if strings.HasPrefix(text, "-") {
@@ -365,6 +454,9 @@ func (d *Decoder) Uint(n *yaml.Node, path string, bits int) (uint64, bool) {
 // Float decodes a finite number; NaN and infinities are configuration mistakes.
 func (d *Decoder) Float(n *yaml.Node, path string) (float64, bool) {
 	n = resolve(n)
+	if d.ambiguousZero(n, path) {
+		return 0, false
+	}
 	if n.Kind == yaml.ScalarNode && (n.Tag == "!!float" || n.Tag == "!!int") {
 		var f float64
 		if err := n.Decode(&f); err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {
@@ -417,6 +509,9 @@ func describe(n *yaml.Node) string {
 }
 
 func kindName(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
 	switch t.Kind() {
 	case reflect.Struct, reflect.Map:
 		return "a mapping"
@@ -440,15 +535,20 @@ func join(path, key string) string {
 	return path + "." + key
 }
 
-// suggest names the closest known key, to turn a typo into a one-glance fix.
-func suggest(key string, known []string) string {
+// Closest returns the known name within two edits of key, or "".
+func Closest(key string, known []string) string {
 	best, bestDist := "", 3
 	for _, k := range known {
 		if dist := levenshtein(key, k); dist < bestDist {
 			best, bestDist = k, dist
 		}
 	}
-	if best != "" {
+	return best
+}
+
+// suggest names the closest known key, to turn a typo into a one-glance fix.
+func suggest(key string, known []string) string {
+	if best := Closest(key, known); best != "" {
 		return fmt.Sprintf(" (did you mean %q?)", best)
 	}
 	sorted := append([]string(nil), known...)
@@ -477,4 +577,75 @@ func levenshtein(a, b string) int {
 		prev = cur
 	}
 	return prev[len(b)]
+}
+
+var leadingZero = regexp.MustCompile(`^[-+]?0[0-9_]`)
+
+// ambiguousZero rejects numbers such as 010 or 08: yaml.v3 reads the first as
+// octal 8 and the second as a float, where a person most likely meant ten and eight.
+func (d *Decoder) ambiguousZero(n *yaml.Node, path string) bool {
+	if n == nil || n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!float") || !leadingZero.MatchString(n.Value) {
+		return false
+	}
+	d.Errorf(n, path, "number %s has a leading zero, which YAML may read as octal; write it without the zero (or 0o... for octal)", n.Value)
+	return true
+}
+
+// Describe names what a node holds, for messages ("a list", "number 5", ...).
+func Describe(n *yaml.Node) string { return describe(n) }
+
+// SplitMapping divides a mapping's entries in two: those whose key is one of
+// keys, and the rest, each as a mapping node standing where n stands. Types
+// that decode a few common keys themselves and the rest strictly into a
+// kind-specific struct (a bus, a binding, a rule) use it.
+func SplitMapping(n *yaml.Node, keys ...string) (picked, rest *yaml.Node) {
+	picked = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: n.Line, Column: n.Column}
+	rest = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: n.Line, Column: n.Column}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		dst := rest
+		if k.Kind == yaml.ScalarNode && slices.Contains(keys, k.Value) {
+			dst = picked
+		}
+		dst.Content = append(dst.Content, k, v)
+	}
+	return picked, rest
+}
+
+// Known returns the keys a struct type decodes (its yaml tags), in field order.
+// Documentation and schema tests use it to prove they cover every key.
+func Known(t reflect.Type) []string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	_, names, _ := structFields(t)
+	return names
+}
+
+// ErrorAt records an error at a position found earlier (a Positions entry), prefixed with the key path.
+func (d *Decoder) ErrorAt(p Pos, path, format string, args ...any) {
+	d.Diags.Errorf(p, "%s", prefix(path, fmt.Sprintf(format, args...)))
+}
+
+// WarnAt records a warning at p, prefixed with the key path.
+func (d *Decoder) WarnAt(p Pos, path, format string, args ...any) {
+	d.Diags.Warnf(p, "%s", prefix(path, fmt.Sprintf(format, args...)))
+}
+
+func prefix(path, msg string) string {
+	if path == "" {
+		return msg
+	}
+	return path + ": " + msg
+}
+
+// SuggestAmong is Suggest for names that are not keys (buses, windows,
+// tools): it names the closest one, or lists them all as noun.
+func SuggestAmong(name string, known []string, noun string) string {
+	if best := Closest(name, known); best != "" {
+		return fmt.Sprintf(" (did you mean %q?)", best)
+	}
+	sorted := append([]string(nil), known...)
+	sort.Strings(sorted)
+	return fmt.Sprintf(" (%s: %s)", noun, strings.Join(sorted, ", "))
 }

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/physmcp/physmcpd/internal/jsonschema"
+)
+
+const (
+	serveExampleManifest = "../../examples/physmcp.manifest.yml"
+	serveExamplePolicy   = "../../examples/physmcp.policy.yml"
+)
+
+func TestCheckListenAddr(t *testing.T) {
+	cases := []struct {
+		addr        string
+		allowRemote bool
+		want        string // "" = accepted
+	}{
+		{"127.0.0.1:8765", false, ""},
+		{"[::1]:8765", false, ""},
+		{"localhost:0", false, ""},
+		{"0.0.0.0:8765", false, "not a loopback address"},
+		{":8765", false, "not a loopback address"},
+		{"192.168.1.20:8765", false, "authentication arrives in a later release"},
+		{"0.0.0.0:8765", true, ""},
+		{"8765", false, "want HOST:PORT"},
+		{"127.0.0.1:", false, "the port is missing"},
+	}
+	for _, c := range cases {
+		err := checkListenAddr(c.addr, c.allowRemote)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.addr, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s (allow-remote %v): got %v, want an error containing %q", c.addr, c.allowRemote, err, c.want)
+		}
+	}
+}
+
+func TestServeUsageErrors(t *testing.T) {
+	cases := map[string][]string{
+		"--manifest is required":              {"--stdio"},
+		"not both":                            {"--manifest", "m.yml", "--stdio", "--http", "127.0.0.1:1"},
+		`--log-level "loud"`:                  {"--manifest", "m.yml", "--log-level", "loud"},
+		"not a loopback address":              {"--manifest", "m.yml", "--http", "0.0.0.0:1"},
+		`unexpected argument "extra"`:         {"--manifest", "m.yml", "extra"},
+		"flag provided but not defined: -tcp": {"--manifest", "m.yml", "--tcp"},
+	}
+	for want, args := range cases {
+		var stderr bytes.Buffer
+		if code := run(append([]string{"serve"}, args...), io.Discard, &stderr); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("%v: stderr %q lacks %q", args, stderr.String(), want)
+		}
+	}
+	var stderr bytes.Buffer
+	if code := run([]string{"serve", "--manifest", "missing.yml"}, io.Discard, &stderr); code != 1 ||
+		!strings.Contains(stderr.String(), "missing.yml") {
+		t.Errorf("missing manifest: exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// serveLogBuffer is a bytes.Buffer the server may log to while the test reads it.
+type serveLogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *serveLogBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *serveLogBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestServeHTTPShutsDownCleanly serves the example over HTTP on a free
+// loopback port, makes one call and cancels, as SIGTERM does.
+func TestServeHTTPShutsDownCleanly(t *testing.T) {
+	cfg, code := parseServe([]string{"--manifest", serveExampleManifest, "--policy", serveExamplePolicy, "--simulate", "--http", "127.0.0.1:0"}, io.Discard)
+	if code >= 0 {
+		t.Fatalf("parse: exit %d", code)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr serveLogBuffer
+	exit := make(chan int, 1)
+	go func() { exit <- serve(ctx, cfg, strings.NewReader(""), io.Discard, &stderr) }()
+
+	listening := regexp.MustCompile(`url=(http://\S+)`)
+	var url string
+	for deadline := time.Now().Add(10 * time.Second); url == ""; time.Sleep(10 * time.Millisecond) {
+		if m := listening.FindStringSubmatch(stderr.String()); m != nil {
+			url = m[1]
+		} else if time.Now().After(deadline) {
+			t.Fatalf("server did not start: %s", stderr.String())
+		}
+	}
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "greenhouse_controller_01") {
+		t.Fatalf("initialize: %d %s", resp.StatusCode, body)
+	}
+
+	cancel()
+	select {
+	case code := <-exit:
+		if code != 0 {
+			t.Errorf("exit %d after shutdown: %s", code, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+	if !strings.Contains(stderr.String(), "msg=stopped") {
+		t.Errorf("no clean stop logged: %s", stderr.String())
+	}
+}
+
+func TestToolsJSON(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"tools", "--manifest", serveExampleManifest, "--policy", serveExamplePolicy, "--json"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var list struct {
+		Device struct {
+			ID string `json:"id"`
+		} `json:"device"`
+		PromcpBase string `json:"promcp_base"`
+		Tools      []struct {
+			Name           string          `json:"name"`
+			Description    string          `json:"description"`
+			InputSchema    json.RawMessage `json:"inputSchema"`
+			OutputSchema   json.RawMessage `json:"outputSchema"`
+			ResponseSchema json.RawMessage `json:"responseSchema"`
+			Annotations    map[string]any  `json:"annotations"`
+		} `json:"tools"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &list); err != nil {
+		t.Fatal(err)
+	}
+	if list.Device.ID != "greenhouse_controller_01" || list.PromcpBase != "0.2.0" || len(list.Tools) != 8 {
+		t.Fatalf("device %q, promcp_base %q, %d tools", list.Device.ID, list.PromcpBase, len(list.Tools))
+	}
+	for _, tool := range list.Tools {
+		if !bytes.Equal(tool.ResponseSchema, tool.OutputSchema) {
+			t.Errorf("%s: responseSchema differs from outputSchema", tool.Name)
+		}
+		for name, schema := range map[string]json.RawMessage{"input": tool.InputSchema, "output": tool.OutputSchema} {
+			if err := jsonschema.Check(schema); err != nil {
+				t.Errorf("%s %sSchema: %v", tool.Name, name, err)
+			}
+		}
+		for _, hint := range []string{"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint", "title"} {
+			if _, ok := tool.Annotations[hint]; !ok {
+				t.Errorf("%s: annotation %s missing", tool.Name, hint)
+			}
+		}
+		if tool.Description == "" {
+			t.Errorf("%s: no description", tool.Name)
+		}
+	}
+	if stderr.Len() != 0 {
+		t.Errorf("unexpected stderr: %s", stderr.String())
+	}
+}
+
+func TestToolsTable(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"tools", "--manifest", serveExampleManifest}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"device greenhouse_controller_01", "TOOL", "do_heater_setpoint", "can_do"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}

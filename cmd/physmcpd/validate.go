@@ -1,0 +1,130 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/physmcp/physmcpd/internal/strictyaml"
+	"github.com/physmcp/physmcpd/manifest"
+	"github.com/physmcp/physmcpd/policy"
+)
+
+func init() {
+	register("validate", "check a manifest (and policy) and list the tools they expose", runValidate)
+}
+
+// runValidate exits 0 when the files are valid (printing the tools and any
+// warnings), 1 when they are not (every error on stderr), 2 on usage errors.
+func runValidate(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	manifestPath := fs.String("manifest", "", "the device manifest (physmcp.manifest.yml); required")
+	policyPath := fs.String("policy", "", "the policy (physmcp.policy.yml); optional")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: physmcpd validate --manifest FILE [--policy FILE]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if *manifestPath == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return 2
+	}
+	m, diags := manifest.Load(*manifestPath)
+	var p *policy.Policy
+	if m != nil && *policyPath != "" {
+		var pd strictyaml.Diags
+		p, pd = policy.Load(*policyPath, m)
+		diags = append(diags, pd...)
+	}
+	if diags.HasErrors() {
+		fmt.Fprint(stderr, diags.String())
+		if m == nil && *policyPath != "" {
+			fmt.Fprintf(stderr, "%s: not checked: the manifest has errors\n", *policyPath)
+		}
+		return 1
+	}
+	summary(stdout, m, p)
+	if w := diags.Warnings(); len(w) > 0 {
+		fmt.Fprintln(stdout)
+		fmt.Fprint(stdout, w.String())
+	}
+	return 0
+}
+
+// summary lists the tools the device will expose, one line each.
+func summary(w io.Writer, m *manifest.Manifest, p *policy.Policy) {
+	fmt.Fprintf(w, "device %s (%s): %d tools + can_do\n\n", m.Device.ID, m.Device.Type, len(m.Capabilities))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOOL\tGROUP\tBUS\tTYPE\tUNIT\tRANGE\tGUARDS")
+	for _, c := range m.Capabilities {
+		bus := c.Binding.Bus
+		if b := m.Bus(bus); b != nil && b.Simulated {
+			bus += " (simulated)"
+		}
+		typ := string(c.DataType)
+		if c.DataType == manifest.TypeEnum {
+			typ += "{" + strings.Join(c.EnumValues, ",") + "}"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.ToolName(), dash(c.Group), bus, typ, dash(c.Unit), dash(c.Range.String()), dash(strings.Join(guards(c, p), ", ")))
+	}
+	tw.Flush()
+}
+
+// guards names everything that can stop or change a call to the tool.
+func guards(c *manifest.Capability, p *policy.Policy) []string {
+	var g []string
+	if r := c.RequiresPermission; r != "" && r != manifest.RoleNone {
+		g = append(g, "role>="+string(r))
+	}
+	if c.CooldownMs > 0 {
+		g = append(g, fmt.Sprintf("cooldown %s", c.Cooldown()))
+	}
+	if c.RateLimit != nil {
+		g = append(g, "rate "+c.RateLimit.Text)
+	}
+	if c.RequiresQuorum {
+		g = append(g, fmt.Sprintf("quorum %d", c.QuorumSize))
+	}
+	for _, r := range p.Rules(c.ToolName()) {
+		switch {
+		case r.TimeWindow != nil:
+			if len(r.TimeWindow.AllowDuring) > 0 {
+				g = append(g, "only during "+strings.Join(r.TimeWindow.AllowDuring, "|"))
+			}
+			if len(r.TimeWindow.DenyDuring) > 0 {
+				g = append(g, "not during "+strings.Join(r.TimeWindow.DenyDuring, "|"))
+			}
+		case r.Permission != nil:
+			roles := make([]string, len(r.Permission.Require))
+			for i, role := range r.Permission.Require {
+				roles[i] = string(role)
+			}
+			g = append(g, "role in "+strings.Join(roles, "|"))
+		case r.Rate != nil:
+			g = append(g, "policy rate "+r.Rate.Max.Text)
+		case r.Quorum != nil:
+			g = append(g, fmt.Sprintf("quorum %d (%s)", r.Quorum.MinPeers, r.Quorum.OnFailure))
+		case r.RangeGuard != nil:
+			rg := manifest.Range{Min: r.RangeGuard.Min, Max: r.RangeGuard.Max}
+			g = append(g, fmt.Sprintf("guard %s %s", rg.String(), r.RangeGuard.OnViolation))
+		case r.Approval != nil:
+			g = append(g, fmt.Sprintf("human approval (%ds)", r.Approval.TimeoutS))
+		}
+	}
+	return g
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

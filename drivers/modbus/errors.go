@@ -1,0 +1,79 @@
+package modbus
+
+import (
+	"errors"
+	"fmt"
+
+	gb "github.com/goburrow/modbus"
+
+	"github.com/physmcp/physmcpd/drivers"
+	"github.com/physmcp/physmcpd/manifest"
+)
+
+// ErrQueueFull: the bus already has as many requests waiting as it accepts;
+// the device is slower than the callers.
+var ErrQueueFull = errors.New("request queue full")
+
+// ErrClosed: the bus was closed.
+var ErrClosed = errors.New("bus closed")
+
+// OpError is a failed request with the context needed to find the fault: the
+// bus, the unit, the function code and the range. Unwrap gives the cause, so
+// errors.Is(err, drivers.ErrTimeout) and errors.As(err, **drivers.ModbusException) work.
+type OpError struct {
+	Bus      string // Describe() of the bus
+	Unit     uint8
+	Function uint8
+	Table    manifest.ModbusTable
+	Address  uint16
+	Count    uint16
+	// Merged, when not empty, is the coalesced request this one travelled in.
+	Merged string
+	Err    error
+}
+
+func (e *OpError) Error() string {
+	verb := "read"
+	if e.Function == fcWriteCoil || e.Function == fcWriteCoils || e.Function == fcWriteRegister || e.Function == fcWriteRegisters {
+		verb = "write"
+	}
+	s := fmt.Sprintf("%s: unit %d FC%d %s %s %d", e.Bus, e.Unit, e.Function, verb, e.Table, e.Address)
+	if e.Count != 1 {
+		s += fmt.Sprintf(" count %d", e.Count)
+	}
+	if e.Merged != "" {
+		s += " (in merged read " + e.Merged + ")"
+	}
+	return s + ": " + e.Err.Error()
+}
+
+func (e *OpError) Unwrap() error { return e.Err }
+
+// Modbus function codes this driver uses.
+const (
+	fcReadCoils          = 1
+	fcReadDiscreteInputs = 2
+	fcReadHolding        = 3
+	fcReadInput          = 4
+	fcWriteCoil          = 5
+	fcWriteRegister      = 6
+	fcWriteCoils         = 15
+	fcWriteRegisters     = 16
+)
+
+// mapException turns goburrow's exception error into the drivers type, so
+// callers need not know which Modbus library is underneath.
+func mapException(err error) error {
+	var me *gb.ModbusError
+	if errors.As(err, &me) {
+		return &drivers.ModbusException{Function: me.FunctionCode &^ 0x80, Code: me.ExceptionCode}
+	}
+	return err
+}
+
+// isException reports whether the device answered with an exception (it is
+// alive and the framing is intact, but it refused the request).
+func isException(err error) bool {
+	var me *drivers.ModbusException
+	return errors.As(err, &me)
+}

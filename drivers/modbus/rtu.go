@@ -1,0 +1,248 @@
+package modbus
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	gb "github.com/goburrow/modbus"
+	"go.bug.st/serial"
+
+	"github.com/physmcp/physmcpd/drivers"
+	"github.com/physmcp/physmcpd/manifest"
+)
+
+// OpenRTU opens a Modbus RTU bus on a serial port (drivers.Opener). The port
+// is opened now, so a wrong path or an RS-485 setting the driver refuses is
+// reported at start-up; after a port error (adapter unplugged) it is reopened
+// with backoff.
+func OpenRTU(_ context.Context, _ *manifest.Manifest, b *manifest.Bus) (drivers.Bus, error) {
+	c := b.ModbusRTU
+	if c == nil {
+		return nil, fmt.Errorf("bus %q: no modbus-rtu settings", b.Name)
+	}
+	set, err := newSettings(c.TimeoutMs, c.Retries, c.MaxGap)
+	if err != nil {
+		return nil, fmt.Errorf("bus %q: %w", b.Name, err)
+	}
+	bus, err := newRTUBus(c, set)
+	if err != nil {
+		return nil, fmt.Errorf("bus %q: %w", b.Name, err)
+	}
+	return bus, nil
+}
+
+func newRTUBus(c *manifest.ModbusRTUBus, set settings) (*Bus, error) {
+	mode, err := serialMode(c)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkRS485(c.RS485); err != nil {
+		return nil, err
+	}
+	stop := make(chan struct{})
+	tr := &rtuTransport{path: c.Port, mode: mode, rs485: c.RS485, stop: stop, gap: frameGap(mode)}
+	if err := tr.open(); err != nil {
+		return nil, err
+	}
+	// The handler is used only as the packager (address byte and CRC): its
+	// transporter sleeps ~750 µs per byte and never flushes stale input.
+	pk := gb.NewRTUClientHandler(c.Port)
+	return newBus("modbus-rtu "+c.Port, set, pk, func(u uint8) { pk.SlaveId = u }, tr, rtuUnitOK, stop), nil
+}
+
+// rtuUnitOK refuses the broadcast address (no reply, so a write could not be
+// confirmed) and the reserved range.
+func rtuUnitOK(u uint8) error {
+	if u == 0 || u > 247 {
+		return fmt.Errorf("unit %d: RTU units are 1..247 (0 is broadcast, which gets no reply)", u)
+	}
+	return nil
+}
+
+func serialMode(c *manifest.ModbusRTUBus) (*serial.Mode, error) {
+	m := &serial.Mode{BaudRate: c.Baud, DataBits: c.DataBits}
+	if c.Baud <= 0 {
+		return nil, fmt.Errorf("baud %d: must be positive", c.Baud)
+	}
+	if m.DataBits == 0 {
+		m.DataBits = 8
+	}
+	if m.DataBits < 5 || m.DataBits > 8 {
+		return nil, fmt.Errorf("data_bits %d: must be 5..8", c.DataBits)
+	}
+	switch c.Parity {
+	case "none":
+		m.Parity = serial.NoParity
+	case "even":
+		m.Parity = serial.EvenParity
+	case "odd":
+		m.Parity = serial.OddParity
+	default:
+		return nil, fmt.Errorf("parity %q: must be none, even or odd", c.Parity)
+	}
+	switch c.StopBits {
+	case 1:
+		m.StopBits = serial.OneStopBit
+	case 2:
+		m.StopBits = serial.TwoStopBits
+	default:
+		return nil, fmt.Errorf("stop_bits %d: must be 1 or 2", c.StopBits)
+	}
+	return m, nil
+}
+
+// frameGap is the silence that must separate frames: 3.5 character times, or
+// a fixed 1.75 ms above 19200 baud (Modbus over serial line, 2.5.1.1).
+func frameGap(m *serial.Mode) time.Duration {
+	if m.BaudRate > 19200 {
+		return 1750 * time.Microsecond
+	}
+	bits := 1 + m.DataBits + 1 // start, data, one stop
+	if m.Parity != serial.NoParity {
+		bits++
+	}
+	if m.StopBits == serial.TwoStopBits {
+		bits++
+	}
+	return time.Duration(float64(bits) * 3.5 * float64(time.Second) / float64(m.BaudRate))
+}
+
+// rtuTransport carries RTU frames over a serial port: wait out the inter-frame
+// gap, drop stale input, write, then read exactly the reply's length (known
+// from its function code) or give up at the deadline.
+type rtuTransport struct {
+	path     string
+	mode     *serial.Mode
+	rs485    *manifest.RS485
+	stop     <-chan struct{}
+	gap      time.Duration
+	port     serial.Port
+	lastIO   time.Time
+	deadline time.Time
+	bo       backoff
+}
+
+func (t *rtuTransport) setDeadline(d time.Time) { t.deadline = d }
+
+// fault needs nothing: every exchange starts by discarding stale input.
+func (t *rtuTransport) fault() {}
+
+func (t *rtuTransport) close() error {
+	if t.port == nil {
+		return nil
+	}
+	err := t.port.Close()
+	t.port = nil
+	return err
+}
+
+func (t *rtuTransport) open() error {
+	if t.rs485 != nil && t.rs485.Enabled {
+		if err := setRS485(t.path, t.rs485); err != nil {
+			return fmt.Errorf("%s: %w", t.path, err)
+		}
+	}
+	p, err := serial.Open(t.path, t.mode)
+	if err != nil {
+		return fmt.Errorf("%w: opening %s: %w", drivers.ErrUnreachable, t.path, err)
+	}
+	t.port = p
+	return nil
+}
+
+func (t *rtuTransport) reopen() error {
+	if t.port != nil {
+		return nil
+	}
+	if err := t.bo.wait(time.Now(), t.deadline, t.stop); err != nil {
+		return err
+	}
+	if err := t.open(); err != nil {
+		t.bo.failed(time.Now(), err)
+		return err
+	}
+	t.bo.succeeded()
+	return nil
+}
+
+// portError closes the port after an I/O error so the next exchange reopens it.
+func (t *rtuTransport) portError(what string, err error) error {
+	_ = t.close()
+	t.bo.failed(time.Now(), err)
+	return fmt.Errorf("%w: %s %s: %w", drivers.ErrUnreachable, what, t.path, err)
+}
+
+// Send implements gb.Transporter.
+func (t *rtuTransport) Send(adu []byte) ([]byte, error) {
+	if err := t.reopen(); err != nil {
+		return nil, err
+	}
+	if wait := time.Until(t.lastIO.Add(t.gap)); wait > 0 {
+		time.Sleep(wait)
+	}
+	// A late reply to an earlier, timed-out request would otherwise be taken
+	// for this request's reply.
+	if err := t.port.ResetInputBuffer(); err != nil {
+		return nil, t.portError("flushing", err)
+	}
+	for rest := adu; len(rest) > 0; {
+		n, err := t.port.Write(rest)
+		if err != nil {
+			return nil, t.portError("writing", err)
+		}
+		rest = rest[n:]
+	}
+	var buf [256]byte
+	got := 0
+	for {
+		need, err := rtuReplyLen(buf[:got])
+		if err != nil {
+			t.lastIO = time.Now()
+			return nil, err
+		}
+		if need > 0 && got >= need {
+			t.lastIO = time.Now()
+			return append([]byte(nil), buf[:need]...), nil
+		}
+		left := time.Until(t.deadline)
+		if left <= 0 {
+			t.lastIO = time.Now()
+			return nil, fmt.Errorf("%w: no complete reply before the deadline (got % x)", drivers.ErrTimeout, buf[:got])
+		}
+		if err := t.port.SetReadTimeout(left); err != nil {
+			return nil, t.portError("configuring", err)
+		}
+		want := len(buf)
+		if need > 0 {
+			want = need
+		}
+		n, err := t.port.Read(buf[got:want])
+		if err != nil {
+			return nil, t.portError("reading", err)
+		}
+		// n == 0 is go.bug.st/serial's read timeout; the loop checks the deadline.
+		got += n
+	}
+}
+
+// rtuReplyLen is the full length of the RTU reply that starts with b, or 0
+// while too few bytes have arrived to tell.
+func rtuReplyLen(b []byte) (int, error) {
+	if len(b) < 2 {
+		return 0, nil
+	}
+	fc := b[1]
+	switch {
+	case fc&0x80 != 0:
+		return 5, nil // unit, function|0x80, exception code, CRC
+	case fc >= fcReadCoils && fc <= fcReadInput:
+		if len(b) < 3 {
+			return 0, nil
+		}
+		return 3 + int(b[2]) + 2, nil
+	case fc == fcWriteCoil || fc == fcWriteRegister || fc == fcWriteCoils || fc == fcWriteRegisters:
+		return 8, nil
+	}
+	return 0, fmt.Errorf("reply has function code %d, which this driver never sends (got % x)", fc, b)
+}

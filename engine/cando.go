@@ -1,0 +1,443 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/physmcp/physmcpd/manifest"
+	"github.com/physmcp/physmcpd/promcp"
+)
+
+// Confidence formula (documented in docs/can_do.md). For each capability:
+//
+//	s_tags   = |I ∩ V| / |I|  where I is the intent's tags and V the
+//	           capability's semantic_tags plus the words of its name
+//	s_action = 1 when the action fits the capability (read → read_*; set and
+//	           update → any do_*; toggle → boolean do_*; increase and decrease →
+//	           numeric do_*; create and delete fit nothing physical), else the
+//	           capability is not a match at all
+//	s_target = 1 when the target is the capability or tool name, else the share
+//	           of the target's words found in the name
+//	s_loc    = 1 when the location names the device's zone, area or
+//	           description (or a word of them), else 0
+//
+//	confidence = (0.5·s_tags + 0.2·s_action + 0.2·s_target + 0.1·s_loc) / W
+//
+// where W sums the weights of the parts the intent gives (tags always; action,
+// target and location only when present). A capability matches when s_tags > 0
+// or s_target > 0 and the action fits.
+const (
+	weightTags     = 0.5
+	weightAction   = 0.2
+	weightTarget   = 0.2
+	weightLocation = 0.1
+)
+
+// Validity horizons for can_do answers (proMCP valid_until guidance).
+const (
+	staticValidity   = 60 * time.Second // nothing but roles and windows can change the answer
+	limitedValidity  = 15 * time.Second // rate limits or cooldowns apply
+	criticalValidity = time.Second      // irreversible actions
+)
+
+type match struct {
+	confidence float64
+	reasons    []string
+}
+
+func words(s string) []string {
+	return strings.FieldsFunc(strings.ToLower(s), func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9')
+	})
+}
+
+// actionFits reports whether an intent action can be served by the capability.
+func actionFits(action string, c *manifest.Capability) bool {
+	switch action {
+	case "":
+		return true
+	case "read":
+		return c.Kind == manifest.KindRead
+	case "set", "update":
+		return c.Kind == manifest.KindDo
+	case "toggle":
+		return c.Kind == manifest.KindDo && c.DataType == manifest.TypeBool
+	case "increase", "decrease":
+		return c.Kind == manifest.KindDo && c.IsNumeric()
+	}
+	return false
+}
+
+func (e *Engine) match(pt *point, in promcp.Intent) (match, bool) {
+	c := pt.c
+	if !actionFits(in.Action, c) {
+		return match{}, false
+	}
+	vocab := map[string]bool{}
+	for _, t := range c.SemanticTags {
+		vocab[strings.ToLower(t)] = true
+	}
+	for _, w := range words(c.Name) {
+		vocab[w] = true
+	}
+	var m match
+	hits := 0
+	for _, t := range in.SemanticTags {
+		if vocab[strings.ToLower(strings.TrimSpace(t))] {
+			hits++
+		}
+	}
+	sTags := float64(hits) / float64(len(in.SemanticTags))
+	if hits > 0 {
+		m.reasons = append(m.reasons, fmt.Sprintf("%d of %d tags match", hits, len(in.SemanticTags)))
+	}
+	score, weight := weightTags*sTags, weightTags
+	if in.Action != "" {
+		score += weightAction
+		weight += weightAction
+		m.reasons = append(m.reasons, fmt.Sprintf("action %s fits a %s capability", in.Action, c.Kind))
+	}
+	sTarget := 0.0
+	if in.Target != "" {
+		target := strings.ToLower(strings.TrimSpace(in.Target))
+		if target == c.Name || target == pt.tool {
+			sTarget = 1
+		} else if tw := words(target); len(tw) > 0 {
+			name := words(c.Name)
+			found := 0
+			for _, w := range tw {
+				if slices.Contains(name, w) {
+					found++
+				}
+			}
+			sTarget = float64(found) / float64(len(tw))
+		}
+		if sTarget > 0 {
+			m.reasons = append(m.reasons, fmt.Sprintf("target %q matches %s", in.Target, c.Name))
+		}
+		score += weightTarget * sTarget
+		weight += weightTarget
+	}
+	if sTags == 0 && sTarget == 0 {
+		return match{}, false
+	}
+	if in.Location != "" {
+		if e.locationMatches(in.Location) {
+			score += weightLocation
+			m.reasons = append(m.reasons, fmt.Sprintf("location %q matches the device", in.Location))
+		}
+		weight += weightLocation
+	}
+	m.confidence = math.Round(score/weight*100) / 100
+	return m, true
+}
+
+func (e *Engine) locationMatches(loc string) bool {
+	l := e.m.Device.Location
+	if l == nil {
+		return false
+	}
+	want := strings.ToLower(strings.TrimSpace(loc))
+	for _, field := range []string{l.Zone, l.Area, l.Description} {
+		f := strings.ToLower(field)
+		if f == "" {
+			continue
+		}
+		if f == want || strings.Contains(f, want) || slices.Contains(words(f), want) {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *Engine) inScope(pt *point, scope []string) bool {
+	if len(scope) == 0 {
+		return true
+	}
+	for _, s := range scope {
+		if s == pt.c.Name || s == pt.tool || s == e.deviceID() {
+			return true
+		}
+	}
+	return false
+}
+
+// CanDo answers can_do: which capabilities could serve the intent and
+// whether each would be allowed now, running the same checks as do_*
+// without acting. It never writes.
+func (e *Engine) CanDo(ctx context.Context, caller Caller, req promcp.CanDoRequest) (promcp.CapabilityReport, error) {
+	start := time.Now()
+	now := e.now()
+	rep := promcp.CapabilityReport{
+		QueryID:    newKey(),
+		Candidates: []promcp.Candidate{},
+		Blocked:    []promcp.Blocked{},
+		Unroutable: []promcp.Unroutable{},
+		Context:    promcp.ReportContext{RelatedReads: []string{}, CurrentObservations: map[string]any{}},
+	}
+	in := req.Intent
+	in.Action = strings.ToLower(strings.TrimSpace(in.Action))
+	if problem := malformed(in); problem != "" {
+		rep.Unroutable = append(rep.Unroutable, promcp.Unroutable{Outcome: promcp.OutcomeUnroutable, Reason: promcp.MalformedRequest, Detail: problem})
+		return e.sealReport(rep, start), nil
+	}
+
+	for _, t := range e.tools {
+		if t.Capability == nil {
+			continue
+		}
+		pt := e.points[t.Name]
+		if !e.inScope(pt, req.Scope) {
+			continue
+		}
+		m, ok := e.match(pt, in)
+		if !ok {
+			continue
+		}
+		d := e.dryRun(ctx, pt, caller, in)
+		if d.permission == promcp.Allowed || d.permission == promcp.RequiresHumanApproval {
+			rep.Candidates = append(rep.Candidates, e.candidate(ctx, pt, m, d, now))
+			continue
+		}
+		b := promcp.Blocked{
+			Capability: pt.tool, Source: e.deviceID(), Permission: d.permission, Reason: d.reason,
+			Confidence: m.confidence, MatchReasons: m.reasons,
+		}
+		if !d.clearsAt.IsZero() {
+			b.ClearsAt = promcp.Time(d.clearsAt)
+			details := fmt.Sprintf("may clear at %s", b.ClearsAt)
+			b.Details = &details
+		}
+		rep.Blocked = append(rep.Blocked, b)
+	}
+	slices.SortStableFunc(rep.Candidates, func(a, b promcp.Candidate) int {
+		return -cmpFloat(a.Confidence, b.Confidence)
+	})
+	if len(rep.Candidates) == 0 && len(rep.Blocked) == 0 {
+		rep.Unroutable = append(rep.Unroutable, promcp.Unroutable{
+			Outcome: promcp.OutcomeUnroutable,
+			Reason:  promcp.NoProducer,
+			Detail:  fmt.Sprintf("no capability of %s matches tags [%s]%s", e.deviceID(), strings.Join(in.SemanticTags, ", "), actionPhrase(in.Action)),
+		})
+	}
+	e.relatedReads(&rep, in)
+	return e.sealReport(rep, start), nil
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func actionPhrase(action string) string {
+	if action == "" {
+		return ""
+	}
+	return " for action " + action
+}
+
+func malformed(in promcp.Intent) string {
+	if len(in.SemanticTags) == 0 {
+		return "intent.semantic_tags must list at least one tag"
+	}
+	for _, t := range in.SemanticTags {
+		if strings.TrimSpace(t) == "" {
+			return "intent.semantic_tags must not contain empty tags"
+		}
+	}
+	if in.Action != "" && !slices.Contains(promcp.Actions, in.Action) {
+		return fmt.Sprintf("intent.action %q is not one of %s", in.Action, strings.Join(promcp.Actions, ", "))
+	}
+	return ""
+}
+
+// dryRun is do_*'s checks without the write, plus reachability of the source.
+func (e *Engine) dryRun(ctx context.Context, pt *point, caller Caller, in promcp.Intent) decision {
+	var d decision
+	if pt.c.Kind == manifest.KindRead {
+		d = e.access(pt, caller)
+	} else {
+		var value any
+		if in.Value != nil && (in.Action == "set" || in.Action == "update" || in.Action == "") {
+			v, perm, err := validate(pt.c, in.Value)
+			if err != nil {
+				if perm == "" {
+					perm = promcp.PolicyDenied
+				}
+				return deny(perm, "%v", err)
+			}
+			value = v
+		}
+		d = e.evaluate(pt, caller, value)
+	}
+	if d.permission != promcp.Allowed && d.permission != promcp.RequiresHumanApproval {
+		return d
+	}
+	pt.mu.Lock()
+	unknown := pt.last == nil || pt.lastErr != nil
+	pt.mu.Unlock()
+	if unknown {
+		// Nothing is known yet, or the latest attempt failed: ask the device
+		// before promising anything.
+		if _, err := e.sample(ctx, pt); err != nil {
+			return deny(promcp.SourceUnreachable, "the device does not answer: %v", err)
+		}
+	}
+	return d
+}
+
+func (e *Engine) candidate(ctx context.Context, pt *point, m match, d decision, now time.Time) promcp.Candidate {
+	c := pt.c
+	cand := promcp.Candidate{
+		Capability:   pt.tool,
+		Source:       e.deviceID(),
+		Confidence:   m.confidence,
+		Permission:   d.permission,
+		CurrentState: e.currentState(ctx, pt),
+		Constraints: promcp.Constraints{
+			Unit:       unitOf(c),
+			EnumValues: c.EnumValues,
+			CooldownMs: c.CooldownMs,
+		},
+		SideEffects:  sideEffects(c),
+		DeviceID:     e.deviceID(),
+		MatchReasons: m.reasons,
+	}
+	if cand.Constraints.EnumValues == nil {
+		cand.Constraints.EnumValues = []string{}
+	}
+	if c.Range != nil {
+		cand.Constraints.Min, cand.Constraints.Max = e.effectiveRange(pt)
+	}
+	if c.Kind == manifest.KindDo {
+		var rates []string
+		for _, r := range e.rates(pt) {
+			rates = append(rates, r.Text)
+		}
+		cand.Constraints.RateLimit = strings.Join(rates, ", ")
+		cand.Constraints.MinRole = string(e.minRole(c))
+	}
+	cand.ValidUntil = promcp.Time(e.validUntil(pt, d, now))
+	est := pt.estimatedLatency()
+	if c.Kind == manifest.KindDo {
+		est *= 3 // read the previous value, write, read back
+	} else if e.cached(pt) != nil {
+		est = 0
+	}
+	cand.EstimatedLatencyMs = math.Round(float64(est)/float64(time.Millisecond)*100) / 100
+	return cand
+}
+
+// effectiveRange is the manifest range narrowed by deny guards: what a caller
+// can actually write without being refused.
+func (e *Engine) effectiveRange(pt *point) (lo, hi *float64) {
+	lo, hi = pt.c.Range.Min, pt.c.Range.Max
+	if pt.c.Kind != manifest.KindDo {
+		return lo, hi
+	}
+	for _, r := range e.p.Rules(pt.tool) {
+		if g := r.RangeGuard; g != nil && g.OnViolation != "warn" {
+			if g.Min != nil && (lo == nil || *g.Min > *lo) {
+				lo = g.Min
+			}
+			if g.Max != nil && (hi == nil || *g.Max < *hi) {
+				hi = g.Max
+			}
+		}
+	}
+	return lo, hi
+}
+
+// validUntil follows proMCP's guidance and is never later than the moment a
+// window would change the answer.
+func (e *Engine) validUntil(pt *point, d decision, now time.Time) time.Time {
+	horizon := staticValidity
+	if pt.c.Kind == manifest.KindDo {
+		if len(e.rates(pt)) > 0 || pt.c.CooldownMs > 0 {
+			horizon = limitedValidity
+		}
+		if pt.c.Compensable != nil && !*pt.c.Compensable {
+			horizon = criticalValidity
+		}
+	}
+	until := now.Add(horizon)
+	if !d.changesAt.IsZero() && d.changesAt.Before(until) {
+		until = d.changesAt
+	}
+	return until
+}
+
+// currentState is the point's last known value; it reads the device only when
+// nothing is known yet.
+func (e *Engine) currentState(ctx context.Context, pt *point) promcp.CurrentState {
+	st := promcp.CurrentState{Unit: unitOf(pt.c)}
+	pt.mu.Lock()
+	r := pt.last
+	pt.mu.Unlock()
+	if r == nil {
+		r, _ = e.sample(ctx, pt)
+	}
+	if r != nil {
+		st.Value, st.Timestamp = r.value, promcp.Time(r.at)
+	} else {
+		st.Timestamp = promcp.Time(e.now())
+	}
+	return st
+}
+
+// relatedReads lists read tools that share tags with the intent, with what
+// the cache already knows of them (can_do does not read them all).
+func (e *Engine) relatedReads(rep *promcp.CapabilityReport, in promcp.Intent) {
+	for _, t := range e.tools {
+		if t.Kind != ToolRead {
+			continue
+		}
+		pt := e.points[t.Name]
+		shared := false
+		for _, tag := range in.SemanticTags {
+			if slices.Contains(pt.c.SemanticTags, strings.ToLower(strings.TrimSpace(tag))) {
+				shared = true
+				break
+			}
+		}
+		if !shared {
+			continue
+		}
+		rep.Context.RelatedReads = append(rep.Context.RelatedReads, pt.tool)
+		pt.mu.Lock()
+		r := pt.last
+		pt.mu.Unlock()
+		if r != nil {
+			rep.Context.CurrentObservations[pt.tool] = map[string]any{
+				"value": r.value, "unit": unitOf(pt.c), "timestamp": promcp.Time(r.at),
+			}
+		}
+	}
+}
+
+func (e *Engine) sealReport(rep promcp.CapabilityReport, start time.Time) promcp.CapabilityReport {
+	for _, c := range rep.Candidates {
+		if c.Permission == promcp.Allowed {
+			rep.Feasible = true
+		}
+	}
+	if len(rep.Unroutable) > 0 {
+		rep.Feasible = false
+	}
+	rep.Metadata = promcp.ReportMetadata{
+		Timestamp:      promcp.Time(e.now()),
+		TotalLatencyMs: math.Round(float64(time.Since(start))/float64(time.Millisecond)*1000) / 1000,
+		DeviceID:       e.deviceID(),
+		PromcpBase:     promcp.BaseVersion,
+	}
+	return rep
+}

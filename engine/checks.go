@@ -1,0 +1,345 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/physmcp/physmcpd/manifest"
+	"github.com/physmcp/physmcpd/policy"
+	"github.com/physmcp/physmcpd/promcp"
+)
+
+// decision is the outcome of the safety checks for one call. do_* acts on it;
+// can_do reports it. Both use the same code so a dry run never disagrees with
+// the real call.
+type decision struct {
+	permission promcp.Permission
+	reason     string
+	details    string
+	// clearsAt is when a block may clear by itself (zero: it will not).
+	clearsAt time.Time
+	// changesAt is the earliest moment an allowed answer may change (a window
+	// closing); zero when nothing time-based is pending.
+	changesAt time.Time
+	// value is what would be written, after a clamping range guard.
+	value    any
+	clamped  bool
+	warnings []string
+}
+
+func allow() decision { return decision{permission: promcp.Allowed} }
+
+func deny(p promcp.Permission, format string, args ...any) decision {
+	return decision{permission: p, reason: fmt.Sprintf(format, args...)}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+// minRole is the least role that may call the tool: the stricter of the
+// manifest's requires_permission and the policy default.
+func (e *Engine) minRole(c *manifest.Capability) manifest.Role {
+	role := c.RequiresPermission
+	if role == "" {
+		role = manifest.RoleNone
+	}
+	if def := e.p.DefaultRole(); def.Rank() > role.Rank() {
+		role = def
+	}
+	return role
+}
+
+// access checks who may call the tool and when: roles, then time windows.
+// Reads and writes share it.
+func (e *Engine) access(pt *point, caller Caller) decision {
+	d := allow()
+	if min := e.minRole(pt.c); !caller.Role.AtLeast(min) {
+		return deny(promcp.PermissionInsufficient, "%s requires role %s or higher; the caller has %s", pt.tool, min, roleName(caller.Role))
+	}
+	now := e.now()
+	for _, r := range e.p.Rules(pt.tool) {
+		switch {
+		case r.Permission != nil:
+			if !slices.Contains(r.Permission.Require, caller.Role) {
+				return deny(promcp.PermissionInsufficient, "the policy allows %s only to roles %s; the caller has %s", pt.tool, roleList(r.Permission.Require), roleName(caller.Role))
+			}
+		case r.TimeWindow != nil:
+			ok, why, changes := r.TimeWindow.Evaluate(e.p, now)
+			if !ok {
+				blocked := deny(promcp.PolicyDenied, "%s", why)
+				blocked.clearsAt = changes
+				return blocked
+			}
+			d.changesAt = earliest(d.changesAt, changes)
+		}
+	}
+	return d
+}
+
+func roleName(r manifest.Role) string {
+	if r == "" {
+		return string(manifest.RoleNone)
+	}
+	return string(r)
+}
+
+func roleList(rs []manifest.Role) string {
+	names := make([]string, len(rs))
+	for i, r := range rs {
+		names[i] = string(r)
+	}
+	return strings.Join(names, ", ")
+}
+
+// rates lists every rate limit on a do tool: the manifest's rate_limit and the
+// policy's rate rules all apply; the policy default applies when neither sets one.
+func (e *Engine) rates(pt *point) []manifest.Rate {
+	var out []manifest.Rate
+	if pt.c.RateLimit != nil {
+		out = append(out, *pt.c.RateLimit)
+	}
+	for _, r := range e.p.Rules(pt.tool) {
+		if r.Rate != nil && r.Rate.Max != nil {
+			out = append(out, *r.Rate.Max)
+		}
+	}
+	if len(out) == 0 && e.p != nil && e.p.Defaults != nil && e.p.Defaults.RateLimit != nil {
+		out = append(out, *e.p.Defaults.RateLimit)
+	}
+	return out
+}
+
+// limits checks rate limits and the cooldown against the writes already made.
+func (e *Engine) limits(pt *point) decision {
+	now := e.now()
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	for _, rate := range e.rates(pt) {
+		since := now.Add(-rate.Per)
+		i, _ := slices.BinarySearchFunc(pt.writes, since, func(t, s time.Time) int { return t.Compare(s) })
+		// writes[i:] fall inside the window (strictly after since).
+		for i < len(pt.writes) && !pt.writes[i].After(since) {
+			i++
+		}
+		recent := pt.writes[i:]
+		if len(recent) >= rate.Count {
+			d := deny(promcp.RateLimited, "rate limit %s reached: %d writes in the last %s", rate.Text, len(recent), rate.Per)
+			d.clearsAt = recent[len(recent)-rate.Count].Add(rate.Per)
+			return d
+		}
+	}
+	if cd := pt.c.Cooldown(); cd > 0 && !pt.lastWrite.IsZero() {
+		if until := pt.lastWrite.Add(cd); now.Before(until) {
+			d := deny(promcp.CooldownActive, "cooldown of %s after the last write is active for another %s", cd, until.Sub(now).Round(time.Millisecond))
+			d.clearsAt = until
+			return d
+		}
+	}
+	return allow()
+}
+
+// guardRange applies the policy's range guards to a numeric value.
+func (e *Engine) guardRange(pt *point, d *decision) {
+	f, ok := asFloat(d.value)
+	if !ok {
+		return
+	}
+	for _, r := range e.p.Rules(pt.tool) {
+		g := r.RangeGuard
+		if g == nil {
+			continue
+		}
+		lo, hi := math.Inf(-1), math.Inf(1)
+		if g.Min != nil {
+			lo = *g.Min
+		}
+		if g.Max != nil {
+			hi = *g.Max
+		}
+		if f >= lo && f <= hi {
+			continue
+		}
+		bounds := fmt.Sprintf("[%s, %s]%s", fmtBound(g.Min, "-inf"), fmtBound(g.Max, "+inf"), unitSuffix(pt.c))
+		switch g.OnViolation {
+		case policy.ViolationDeny:
+			*d = deny(promcp.OutOfRange, "value %v is outside the policy's range guard %s", d.value, bounds)
+			return
+		case policy.ViolationClamp:
+			clamped := math.Min(math.Max(f, lo), hi)
+			d.warnings = append(d.warnings, fmt.Sprintf("value %v clamped to %v by the policy's range guard %s", d.value, clamped, bounds))
+			d.value = sameKind(d.value, clamped)
+			d.clamped = true
+			f = clamped
+		case policy.ViolationWarn:
+			d.warnings = append(d.warnings, fmt.Sprintf("value %v is outside the policy's range guard %s (written anyway: on_violation warn)", d.value, bounds))
+		}
+	}
+}
+
+func fmtBound(b *float64, none string) string {
+	if b == nil {
+		return none
+	}
+	return fmt.Sprint(*b)
+}
+
+// quorumCheck compares reachable nodes with what the tool requires.
+func (e *Engine) quorumCheck(pt *point, d *decision) {
+	need := 0
+	if pt.c.RequiresQuorum {
+		need = max(pt.c.QuorumSize, 1)
+	}
+	onFailure := "deny"
+	for _, r := range e.p.Rules(pt.tool) {
+		if r.Quorum != nil {
+			need = max(need, r.Quorum.MinPeers)
+			if r.Quorum.OnFailure != "" {
+				onFailure = r.Quorum.OnFailure
+			}
+		}
+	}
+	if have := e.quorum(); have < need {
+		if onFailure == "allow_local" {
+			d.warnings = append(d.warnings, fmt.Sprintf("quorum of %d not met (%d reachable); acting locally as the policy allows", need, have))
+			return
+		}
+		*d = deny(promcp.PartitionNoQuorum, "quorum of %d nodes required, %d reachable", need, have)
+	}
+}
+
+func (e *Engine) needsApproval(pt *point) bool {
+	for _, r := range e.p.Rules(pt.tool) {
+		if r.Approval != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// evaluate runs every policy check for writing value (already validated
+// against the manifest) to a do point, in the order the contract gives:
+// role, time window, rate, cooldown, range guard, quorum, approval.
+func (e *Engine) evaluate(pt *point, caller Caller, value any) decision {
+	d := e.access(pt, caller)
+	if d.permission != promcp.Allowed {
+		return d
+	}
+	if l := e.limits(pt); l.permission != promcp.Allowed {
+		return l
+	}
+	d.value = value
+	if value != nil {
+		e.guardRange(pt, &d)
+		if d.permission != promcp.Allowed {
+			return d
+		}
+	}
+	e.quorumCheck(pt, &d)
+	if d.permission != promcp.Allowed {
+		return d
+	}
+	if e.needsApproval(pt) {
+		d.permission = promcp.RequiresHumanApproval
+		d.reason = fmt.Sprintf("the policy requires a person to approve each call of %s", pt.tool)
+	}
+	return d
+}
+
+// validate checks a requested value against the manifest: its type and the
+// hard range that is never written past. It returns the value in the engine's
+// canonical type (float64, int64, bool or string).
+func validate(c *manifest.Capability, v any) (any, promcp.Permission, error) {
+	if v == nil {
+		return nil, "", fmt.Errorf("value is required")
+	}
+	switch c.DataType {
+	case manifest.TypeFloat, manifest.TypeInt:
+		f, ok := asFloat(v)
+		if !ok {
+			return nil, "", fmt.Errorf("value must be a number, got %s", describeJSON(v))
+		}
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return nil, promcp.OutOfRange, fmt.Errorf("value must be a finite number")
+		}
+		if c.Range != nil && (c.Range.Min != nil && f < *c.Range.Min || c.Range.Max != nil && f > *c.Range.Max) {
+			return nil, promcp.OutOfRange, fmt.Errorf("value %v is outside the range %s", v, rangeText(c))
+		}
+		if c.DataType == manifest.TypeInt {
+			if f != math.Trunc(f) {
+				return nil, "", fmt.Errorf("value must be a whole number, got %v", v)
+			}
+			return int64(f), promcp.Allowed, nil
+		}
+		return f, promcp.Allowed, nil
+	case manifest.TypeBool:
+		b, ok := v.(bool)
+		if !ok {
+			return nil, "", fmt.Errorf("value must be true or false, got %s", describeJSON(v))
+		}
+		return b, promcp.Allowed, nil
+	case manifest.TypeEnum:
+		s, ok := v.(string)
+		if !ok || !slices.Contains(c.EnumValues, s) {
+			return nil, promcp.OutOfRange, fmt.Errorf("value must be one of %s, got %s", strings.Join(c.EnumValues, ", "), describeJSON(v))
+		}
+		return s, promcp.Allowed, nil
+	case manifest.TypeString:
+		s, ok := v.(string)
+		if !ok {
+			return nil, "", fmt.Errorf("value must be a string, got %s", describeJSON(v))
+		}
+		return s, promcp.Allowed, nil
+	}
+	return nil, "", fmt.Errorf("capability has unsupported data_type %q", c.DataType)
+}
+
+func asFloat(v any) (float64, bool) {
+	switch x := v.(type) {
+	case float64:
+		return x, true
+	case float32:
+		return float64(x), true
+	case int:
+		return float64(x), true
+	case int64:
+		return float64(x), true
+	case int32:
+		return float64(x), true
+	case uint64:
+		return float64(x), true
+	case uint32:
+		return float64(x), true
+	}
+	return 0, false
+}
+
+// sameKind converts f to the type of like (int64 stays int64).
+func sameKind(like any, f float64) any {
+	if _, ok := like.(int64); ok {
+		return int64(math.Round(f))
+	}
+	return f
+}
+
+func describeJSON(v any) string {
+	switch x := v.(type) {
+	case string:
+		return fmt.Sprintf("string %q", x)
+	case bool:
+		return fmt.Sprintf("boolean %v", x)
+	case nil:
+		return "null"
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "an array"
+	}
+	return fmt.Sprintf("%v", v)
+}

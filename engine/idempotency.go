@@ -1,0 +1,121 @@
+package engine
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/physmcp/physmcpd/promcp"
+)
+
+// KeyRetention is how long do_* outcomes are kept by idempotency key (proMCP: at least 24 h).
+const KeyRetention = 24 * time.Hour
+
+// Record is what the engine remembers of one do_* call by its key.
+type Record struct {
+	// Fingerprint identifies the request (tool and canonical arguments), so a
+	// key reused for another request is refused rather than replayed.
+	Fingerprint string
+	Response    promcp.DoResponse
+	At          time.Time
+	// InDoubt marks a write that was sent but whose outcome is unknown (the
+	// device timed out). A retry reads the device back instead of writing blindly.
+	InDoubt bool
+}
+
+// IdempotencyStore keeps Records by key. The Full profile persists them.
+type IdempotencyStore interface {
+	Load(key string) (Record, bool)
+	Save(key string, r Record) error
+}
+
+// MemoryStore is an IdempotencyStore that forgets on restart.
+type MemoryStore struct {
+	now   func() time.Time
+	mu    sync.Mutex
+	recs  map[string]Record
+	saves int
+}
+
+// NewMemoryStore returns an empty store; now is its clock.
+func NewMemoryStore(now func() time.Time) *MemoryStore {
+	return &MemoryStore{now: now, recs: map[string]Record{}}
+}
+
+// Load returns the record for key if it is younger than KeyRetention.
+func (s *MemoryStore) Load(key string) (Record, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.recs[key]
+	if !ok || s.now().Sub(r.At) > KeyRetention {
+		return Record{}, false
+	}
+	return r, true
+}
+
+// Save stores r under key, pruning expired records now and then.
+func (s *MemoryStore) Save(key string, r Record) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.recs[key] = r
+	if s.saves++; s.saves%1024 == 0 {
+		cutoff := s.now().Add(-KeyRetention)
+		for k, rec := range s.recs {
+			if rec.At.Before(cutoff) {
+				delete(s.recs, k)
+			}
+		}
+	}
+	return nil
+}
+
+// fingerprint canonicalises a request: JSON numbers compare by value, so 21
+// and 21.0 are the same request.
+func fingerprint(tool string, value any) string {
+	b, _ := json.Marshal(struct {
+		Tool  string `json:"tool"`
+		Value any    `json:"value"`
+	}{tool, value})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// newKey returns a random UUIDv4 for callers that sent no idempotency key.
+func newKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// keyedCall lets concurrent calls with one key wait for the first instead of
+// acting twice.
+type keyedCall struct{ done chan struct{} }
+
+// claim makes the caller the only one working on key; it returns a release
+// function, or waits for the call already working on it.
+func (e *Engine) claim(key string) (release func(), waited bool) {
+	for {
+		e.inflight.Lock()
+		c, busy := e.running[key]
+		if !busy {
+			c = &keyedCall{done: make(chan struct{})}
+			e.running[key] = c
+			e.inflight.Unlock()
+			return func() {
+				e.inflight.Lock()
+				delete(e.running, key)
+				e.inflight.Unlock()
+				close(c.done)
+			}, waited
+		}
+		e.inflight.Unlock()
+		<-c.done
+		waited = true
+	}
+}

@@ -1,0 +1,234 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/physmcp/physmcpd/manifest"
+	"github.com/physmcp/physmcpd/promcp"
+)
+
+// flight collapses concurrent reads of one point into a single bus transaction.
+type flight struct {
+	mu   sync.Mutex
+	call *flightCall
+}
+
+type flightCall struct {
+	done chan struct{}
+	r    *reading
+	err  error
+}
+
+// do runs f unless a call is already under way, in which case it waits for
+// that call's result. f runs detached from any one caller's cancellation so a
+// caller that gives up does not fail the others.
+func (f *flight) do(ctx context.Context, fn func() (*reading, error)) (*reading, error) {
+	f.mu.Lock()
+	if c := f.call; c != nil {
+		f.mu.Unlock()
+		select {
+		case <-c.done:
+			return c.r, c.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	c := &flightCall{done: make(chan struct{})}
+	f.call = c
+	f.mu.Unlock()
+
+	c.r, c.err = fn()
+	f.mu.Lock()
+	f.call = nil
+	f.mu.Unlock()
+	close(c.done)
+	return c.r, c.err
+}
+
+// latencyEstimate is an exponentially weighted mean of transaction times.
+type latencyEstimate struct {
+	mean time.Duration
+	n    int
+}
+
+func (l *latencyEstimate) observe(d time.Duration) {
+	if l.n == 0 {
+		l.mean = d
+	} else {
+		l.mean = time.Duration(0.8*float64(l.mean) + 0.2*float64(d))
+	}
+	l.n++
+}
+
+// defaultLatency is the estimate before any transaction has been observed.
+var defaultLatency = map[manifest.BusType]time.Duration{
+	manifest.BusI2C:       time.Millisecond,
+	manifest.BusGPIO:      100 * time.Microsecond,
+	manifest.BusModbusTCP: 5 * time.Millisecond,
+	manifest.BusModbusRTU: 20 * time.Millisecond,
+}
+
+func (pt *point) estimatedLatency() time.Duration {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	if pt.latency.n == 0 {
+		return defaultLatency[pt.busType]
+	}
+	return pt.latency.mean
+}
+
+// staleLimit is how old the last good value may be and still be served as
+// stale when the device stops answering; older than that it is no longer a
+// useful observation and the read reports error.
+func staleLimit(c *manifest.Capability) time.Duration {
+	return max(time.Minute, 10*c.CacheTTL())
+}
+
+// sample reads the point from the bus (collapsing concurrent callers) and
+// records the outcome.
+func (e *Engine) sample(ctx context.Context, pt *point) (*reading, error) {
+	return pt.reads.do(ctx, func() (*reading, error) {
+		var r *reading
+		err := e.timed(context.WithoutCancel(ctx), pt, func(ctx context.Context) error {
+			s, err := pt.drv.Read(ctx)
+			if err != nil {
+				return err
+			}
+			// The engine's clock stamps the measurement, so cache ages,
+			// cooldowns and timestamps all come from one clock.
+			r = &reading{value: s.Value, at: e.now(), flag: s.Flag}
+			if r.flag == "" {
+				r.flag = implausible(pt.c, s.Value)
+			}
+			return nil
+		})
+		pt.mu.Lock()
+		defer pt.mu.Unlock()
+		if err != nil {
+			pt.lastErr = err
+			return nil, fmt.Errorf("%s: %w", pt.drv.Describe(), err)
+		}
+		pt.lastErr = nil
+		pt.last = r
+		if r.flag == "" {
+			pt.lastGood = r
+		}
+		return r, nil
+	})
+}
+
+// implausible says why a successfully read value cannot be trusted as it
+// stands, or "" when it can.
+func implausible(c *manifest.Capability, v any) string {
+	if c.Range == nil {
+		return ""
+	}
+	f, ok := v.(float64)
+	if !ok {
+		if i, isInt := v.(int64); isInt {
+			f, ok = float64(i), true
+		}
+	}
+	if !ok {
+		return ""
+	}
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return "the device returned a non-finite number"
+	}
+	if c.Range.Min != nil && f < *c.Range.Min || c.Range.Max != nil && f > *c.Range.Max {
+		return fmt.Sprintf("value %v is outside the declared range %s", v, rangeText(c))
+	}
+	return ""
+}
+
+func rangeText(c *manifest.Capability) string {
+	if c.Range == nil {
+		return "(none)"
+	}
+	lo, hi := "-inf", "+inf"
+	if c.Range.Min != nil {
+		lo = fmt.Sprint(*c.Range.Min)
+	}
+	if c.Range.Max != nil {
+		hi = fmt.Sprint(*c.Range.Max)
+	}
+	return "[" + lo + ", " + hi + "]" + unitSuffix(c)
+}
+
+func unitSuffix(c *manifest.Capability) string {
+	if c.Unit == "" {
+		return ""
+	}
+	return " " + c.Unit
+}
+
+// cached returns the latest reading when it is still within its TTL.
+func (e *Engine) cached(pt *point) *reading {
+	ttl := pt.c.CacheTTL()
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	if ttl <= 0 || pt.last == nil || e.now().Sub(pt.last.at) >= ttl {
+		return nil
+	}
+	return pt.last
+}
+
+// invalidate drops cached readings of every point at the same location.
+func (e *Engine) invalidate(pt *point) {
+	for _, other := range e.byLocation[pt.location] {
+		other.mu.Lock()
+		other.last = nil
+		other.mu.Unlock()
+	}
+}
+
+// observe returns the point's current value: the cached reading when fresh,
+// else a live read. On failure it falls back to the last good value (stale)
+// for as long as that is still a useful observation.
+func (e *Engine) observe(ctx context.Context, pt *point) promcp.ReadResponse {
+	resp := promcp.ReadResponse{Unit: unitOf(pt.c), DeviceID: e.deviceID()}
+	r := e.cached(pt)
+	var err error
+	if r == nil {
+		r, err = e.sample(ctx, pt)
+	}
+	if err == nil {
+		resp.Value, resp.Timestamp, resp.Quality = r.value, promcp.Time(r.at), promcp.QualityGood
+		if r.flag != "" {
+			resp.Quality, resp.Detail = promcp.QualityDegraded, r.flag
+		}
+		return resp
+	}
+	pt.mu.Lock()
+	good := pt.lastGood
+	pt.mu.Unlock()
+	if good != nil && e.now().Sub(good.at) <= staleLimit(pt.c) {
+		resp.Value, resp.Timestamp, resp.Quality = good.value, promcp.Time(good.at), promcp.QualityStale
+		resp.Detail = fmt.Sprintf("live read failed (%v); serving the last good value", err)
+		return resp
+	}
+	resp.Value, resp.Timestamp, resp.Quality = nil, promcp.Time(e.now()), promcp.QualityError
+	resp.Detail = err.Error()
+	return resp
+}
+
+// Read answers a read_* tool. The error is non-nil only for an unknown tool.
+// A caller the policy does not allow gets quality error and the reason.
+func (e *Engine) Read(ctx context.Context, caller Caller, tool string) (promcp.ReadResponse, error) {
+	pt, err := e.lookup(tool, manifest.KindRead)
+	if err != nil {
+		return promcp.ReadResponse{}, err
+	}
+	if d := e.access(pt, caller); d.permission != promcp.Allowed {
+		return promcp.ReadResponse{
+			Value: nil, Unit: unitOf(pt.c), Timestamp: promcp.Time(e.now()),
+			Quality: promcp.QualityError, DeviceID: e.deviceID(),
+			Detail: fmt.Sprintf("%s: %s", d.permission, d.reason),
+		}, nil
+	}
+	return e.observe(ctx, pt), nil
+}

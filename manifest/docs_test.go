@@ -1,0 +1,97 @@
+package manifest
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/physmcp/physmcpd/internal/docsync"
+	"github.com/physmcp/physmcpd/internal/strictyaml"
+)
+
+// decoderKeys is every object the manifest decoder reads, with its keys.
+// Schema definitions of bus and binding kinds also list the common keys,
+// because a schema object must name all the keys it allows.
+func decoderKeys() (docs, schema map[string][]string) {
+	known := strictyaml.Known
+	docs = map[string][]string{}
+	for _, v := range []any{Manifest{}, Device{}, Location{}, Coordinates{}, Network{}, Protocol{}, Mesh{}, Audit{}, RemoteSink{},
+		BusSim{}, I2CBus{}, GPIOBus{}, ModbusTCPBus{}, ModbusRTUBus{}, RS485{}, Capability{}, Range{}, PointSim{}, Waveform{}} {
+		t := reflect.TypeOf(v)
+		docs[t.Name()] = known(t)
+	}
+	busCommonKeys := known(reflect.TypeFor[busCommon]())
+	bindingCommonKeys := append(known(reflect.TypeFor[bindingCommon]()), "address")
+	docs["Bus"] = busCommonKeys
+	docs["Binding"] = bindingCommonKeys
+	docs["I2CBinding"] = known(bindingKeyTypes[kindI2C])
+	docs["GPIOBinding"] = known(bindingKeyTypes[kindGPIO])
+	docs["ModbusBinding"] = known(bindingKeyTypes[kindModbus])
+
+	schema = map[string][]string{}
+	for name, k := range docs {
+		schema[name] = k
+	}
+	schema[""] = docs["Manifest"]
+	delete(schema, "Manifest")
+	delete(schema, "Bus")
+	delete(schema, "Binding")
+	for _, name := range []string{"I2CBus", "GPIOBus", "ModbusTCPBus", "ModbusRTUBus"} {
+		schema[name] = slices.Concat(busCommonKeys, docs[name])
+	}
+	for _, name := range []string{"I2CBinding", "GPIOBinding", "ModbusBinding"} {
+		schema[name] = slices.Concat(bindingCommonKeys, docs[name])
+	}
+	for name, k := range docs {
+		docs[name] = sorted(k)
+	}
+	for name, k := range schema {
+		schema[name] = sorted(k)
+	}
+	return docs, schema
+}
+
+func sorted(k []string) []string {
+	k = slices.Clone(k)
+	slices.Sort(k)
+	return slices.Compact(k)
+}
+
+// TestSchemaAndDocsCoverDecoder fails when a key is added to (or removed
+// from) the decoder without the JSON Schema and docs/manifest.md following.
+func TestSchemaAndDocsCoverDecoder(t *testing.T) {
+	wantDocs, wantSchema := decoderKeys()
+	gotSchema, err := docsync.SchemaKeys("../schema/physmcp.manifest.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range wantSchema {
+		if got := gotSchema[name]; !slices.Equal(got, want) {
+			t.Errorf("schema definition %q has keys %v, the decoder knows %v", name, got, want)
+		}
+	}
+	for name := range gotSchema {
+		if _, ok := wantSchema[name]; !ok {
+			t.Errorf("schema definition %q matches nothing the decoder reads", name)
+		}
+	}
+	gotDocs, text, err := docsync.DocKeys("../docs/manifest.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range wantDocs {
+		if got, ok := gotDocs[name]; !ok {
+			t.Errorf("docs/manifest.md has no section \"### %s\"", name)
+		} else if !slices.Equal(got, want) {
+			t.Errorf("docs/manifest.md section %s documents %v, the decoder knows %v", name, got, want)
+		}
+	}
+	for kind, aliases := range shortAliases {
+		for alias := range aliases {
+			if !strings.Contains(text, "`"+alias+"`") {
+				t.Errorf("docs/manifest.md does not mention the %s short alias %q", kind, alias)
+			}
+		}
+	}
+}

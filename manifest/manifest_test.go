@@ -1,0 +1,363 @@
+package manifest
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/physmcp/physmcpd/internal/strictyaml"
+)
+
+const (
+	greenhouse = "../examples/physmcp.manifest.yml"
+	pumpSkid   = "../examples/pump-skid/physmcp.manifest.yml"
+)
+
+func readFile(t testing.TB, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// edit is one change to a known-good file and the finding it must cause.
+type edit struct {
+	name     string
+	base     string // file to start from
+	old, new string // old must occur exactly once in base ("" appends new)
+	at       string // the finding stands where this text first occurs in or after new
+	msg      string // a part of the finding's message
+	warning  bool
+}
+
+// apply returns the edited text and the expected position of the finding.
+func (e edit) apply(t *testing.T) (string, strictyaml.Pos) {
+	t.Helper()
+	text := readFile(t, e.base)
+	start := len(text)
+	if e.old == "" {
+		text += e.new
+	} else {
+		if n := strings.Count(text, e.old); n != 1 {
+			t.Fatalf("%q occurs %d times in %s, want once", e.old, n, e.base)
+		}
+		start = strings.Index(text, e.old)
+		text = text[:start] + e.new + text[start+len(e.old):]
+	}
+	off := markerOffset(t, text, start, e.at)
+	line := strings.Count(text[:off], "\n") + 1
+	col := utf8.RuneCountInString(text[strings.LastIndex(text[:off], "\n")+1:off]) + 1
+	return text, strictyaml.Pos{File: "m.yml", Line: line, Col: col}
+}
+
+// markerOffset finds at in text: first after start, else (uniquely) anywhere.
+// A "^" in at marks the exact spot within it ("width=^2").
+func markerOffset(t *testing.T, text string, start int, at string) int {
+	t.Helper()
+	pre, post, hasCaret := strings.Cut(at, "^")
+	if !hasCaret {
+		pre, post = "", at
+	}
+	marker := pre + post
+	if i := strings.Index(text[start:], marker); i >= 0 {
+		return start + i + len(pre)
+	}
+	if n := strings.Count(text, marker); n != 1 {
+		t.Fatalf("marker %q occurs %d times, want once", marker, n)
+	}
+	return strings.Index(text, marker) + len(pre)
+}
+
+func checkFinding(t *testing.T, diags strictyaml.Diags, want strictyaml.Pos, msg string, warning bool) {
+	t.Helper()
+	sev := strictyaml.Error
+	if warning {
+		sev = strictyaml.Warning
+	}
+	for _, d := range diags {
+		if d.Pos == want && d.Severity == sev && strings.Contains(d.Msg, msg) {
+			return
+		}
+	}
+	t.Errorf("want a finding at %s containing %q; got:\n%s", want, msg, diags)
+}
+
+func TestExamplesAreValid(t *testing.T) {
+	for _, path := range []string{greenhouse, pumpSkid} {
+		m, diags := Load(path)
+		if m == nil {
+			t.Fatalf("%s: %s", path, diags)
+		}
+		if len(diags) != 0 {
+			t.Errorf("%s: want no findings, got:\n%s", path, diags)
+		}
+	}
+}
+
+func TestGreenhouseNormalised(t *testing.T) {
+	m, diags := Load(greenhouse)
+	if m == nil {
+		t.Fatal(diags)
+	}
+	if m.Device.ID != "greenhouse_controller_01" || len(m.Capabilities) != 7 {
+		t.Fatalf("device %q with %d capabilities", m.Device.ID, len(m.Capabilities))
+	}
+	for _, name := range []string{"i2c1", "gpio", "rs485"} {
+		b := m.Bus(name)
+		if b == nil || b.Name != name || !b.Simulated {
+			t.Fatalf("bus %s: %+v", name, b)
+		}
+	}
+	if rtu := m.Bus("rs485").ModbusRTU; rtu.DataBits != 8 || rtu.RS485 == nil || !rtu.RS485.Enabled {
+		t.Errorf("rs485 defaults: %+v", rtu)
+	}
+	i2c := m.Tool("read_air_temperature").Binding
+	want := I2CBinding{Address: 0x48, Register: 0, Width: 2, ByteOrder: BigEndian, Signed: true, Shift: 4, Scale: 0.0625}
+	if i2c.Type != BusI2C || i2c.I2C == nil || *i2c.I2C != want || i2c.Short == "" {
+		t.Errorf("air_temperature binding: %+v %+v", i2c, i2c.I2C)
+	}
+	fan := m.Tool("do_vent_fan").Binding.GPIO
+	if fan == nil || fan.Line != "GPIO17" || fan.Direction != DirOutput || fan.Bias != "as-is" || fan.SafeLevel == nil || *fan.SafeLevel {
+		t.Errorf("vent_fan binding: %+v", fan)
+	}
+	door := m.Tool("read_door_closed").Binding.GPIO
+	if door == nil || door.Direction != DirInput || !door.ActiveLow || door.Bias != "pull-up" || door.SafeLevel != nil {
+		t.Errorf("door_closed binding: %+v", door)
+	}
+	// The short and the structured form of the same register normalise to the same binding.
+	do, read := m.Tool("do_heater_setpoint").Binding, m.Tool("read_heater_setpoint").Binding
+	if do.Modbus == nil || read.Modbus == nil || *do.Modbus != *read.Modbus {
+		t.Errorf("setpoint bindings differ: %+v vs %+v", do.Modbus, read.Modbus)
+	}
+	if got := *do.Modbus; got != (ModbusBinding{Unit: 1, Table: TableHolding, Address: 0, DataType: MBFloat32, ByteOrder: BigEndian, WordOrder: BigEndian, Scale: 1}) {
+		t.Errorf("setpoint binding: %+v", got)
+	}
+	if e := m.Tool("read_heater_energy").Binding.Modbus; e.Scale != 0.01 || e.DataType != MBUint32 || e.Table != TableInput || e.Address != 10 {
+		t.Errorf("energy binding: %+v", e)
+	}
+	if c := m.Tool("do_heater_setpoint"); c.RateLimit == nil || c.RateLimit.Count != 6 || c.Cooldown().Seconds() != 10 {
+		t.Errorf("setpoint limits: %+v", c)
+	}
+}
+
+func TestModicon(t *testing.T) {
+	for _, tc := range []struct {
+		ref   int
+		table ModbusTable
+		addr  int
+		ok    bool
+	}{
+		{1, TableCoil, 0, true}, {9999, TableCoil, 9998, true}, {10001, TableDiscreteInput, 0, true},
+		{30001, TableInput, 0, true}, {40001, TableHolding, 0, true}, {49999, TableHolding, 9998, true},
+		{100001, TableDiscreteInput, 0, true}, {365536, TableInput, 65535, true}, {400001, TableHolding, 0, true},
+		{465536, TableHolding, 65535, true}, {0, "", 0, false}, {20001, "", 0, false}, {50001, "", 0, false},
+		{465537, "", 0, false}, {10000, "", 0, false},
+	} {
+		table, addr, ok := modicon(tc.ref)
+		if table != tc.table || addr != tc.addr || ok != tc.ok {
+			t.Errorf("modicon(%d) = %s %d %v, want %s %d %v", tc.ref, table, addr, ok, tc.table, tc.addr, tc.ok)
+		}
+	}
+}
+
+func TestShortFormsNormalise(t *testing.T) {
+	text := readFile(t, pumpSkid)
+	m, diags := Parse("m.yml", []byte(text))
+	if m == nil {
+		t.Fatal(diags)
+	}
+	run := m.Tool("do_pump_run").Binding.Modbus
+	if run == nil || run.Table != TableCoil || run.Address != 0 || run.DataType != MBBool || run.Unit != 1 {
+		t.Errorf("pump_run (unit=1:reg=00001): %+v", run)
+	}
+	speed := m.Tool("read_pump_speed").Binding.Modbus
+	if speed == nil || speed.Table != TableHolding || speed.Address != 100 || speed.ByteOrder != BigEndian || speed.Scale != 0.1 {
+		t.Errorf("pump_speed (unit=1:reg=40101): %+v", speed)
+	}
+	if p := m.Tool("read_discharge_pressure").Binding.Modbus; p.ByteOrder != LittleEndian || p.WordOrder != BigEndian {
+		t.Errorf("discharge_pressure orders: %+v", p)
+	}
+	// The spec's GPIO example, with the safe level an output needs.
+	gpio := strings.Replace(readFile(t, greenhouse), "      line: GPIO17\n      safe_level: low", `      address: "pin=14:mode=digital:safe_level=low"`, 1)
+	m, diags = Parse("m.yml", []byte(gpio))
+	if m == nil {
+		t.Fatal(diags)
+	}
+	if g := m.Tool("do_vent_fan").Binding.GPIO; !g.HasOffset || g.Offset != 14 || g.Line != "" || *g.SafeLevel {
+		t.Errorf("pin=14: %+v", g)
+	}
+}
+
+// Each error class, with the line and column it must be reported at.
+var manifestEdits = []edit{
+	// Decoding.
+	{name: "yaml syntax", base: greenhouse, old: "  i2c1:\n", new: "  i2c1: [\n", at: "  i2c1: [", msg: "YAML syntax error"},
+	{name: "unknown top-level key", base: greenhouse, old: "audit:", new: "audits:", at: "audits", msg: `unknown key "audits" (did you mean "audit"?)`},
+	{name: "unknown capability key", base: greenhouse, old: "    precision: 2\n", new: "    precission: 2\n", at: "precission", msg: `did you mean "precision"`},
+	{name: "key given twice", base: greenhouse, old: "    precision: 2\n", new: "    precision: 2\n    precision: 3\n", at: "precision: 3", msg: "given twice"},
+	{name: "wrong type", base: greenhouse, old: "{min: -40, max: 125}", new: "{min: -40, max: hot}", at: "hot", msg: `expected a number, got "hot"`},
+	{name: "wrong type list", base: greenhouse, old: "semantic_tags: [door, contact, security]", new: "semantic_tags: door", at: "door", msg: "expected a list"},
+	{name: "missing required key", base: greenhouse, old: "    description: Whether the greenhouse door is closed (true) or open (false).\n", new: "", at: "name: door_closed", msg: `missing required key "description"`},
+	{name: "empty list item", base: greenhouse, old: "capabilities:\n", new: "capabilities:\n  -\n", at: "\n  - name: air_temperature", msg: "list item is empty"},
+	{name: "leading zero", base: greenhouse, old: "      address: 10\n", new: "      address: 010\n", at: "010", msg: "leading zero"},
+	{name: "yes is not a bool", base: greenhouse, old: "      active_low: true", new: "      active_low: yes", at: "yes", msg: "expected true or false"},
+	{name: "two documents", base: greenhouse, new: "---\nphysmcp_version: \"0.1\"\n", at: "---", msg: "more than one YAML document"},
+	{name: "unsupported version", base: greenhouse, old: `physmcp_version: "0.1"`, new: `physmcp_version: "2.0"`, at: `"2.0"`, msg: "unsupported version"},
+	{name: "bad profile", base: greenhouse, old: "audit:", new: "profile: tiny\naudit:", at: "tiny", msg: "must be full or lite"},
+	// Names.
+	{name: "bad device id", base: greenhouse, old: "id: greenhouse_controller_01", new: "id: Greenhouse-01", at: "Greenhouse-01", msg: "lowercase"},
+	{name: "bad capability name", base: greenhouse, old: "name: door_closed", new: "name: DoorClosed", at: "DoorClosed", msg: "lowercase"},
+	{name: "tool name too long", base: greenhouse, old: "name: door_closed", new: "name: door_closed_" + strings.Repeat("x", 50), at: "door_closed_", msg: "the limit is 64"},
+	{name: "tool name collision", base: greenhouse, old: "name: heater_flow_temperature", new: "name: air_temperature", at: "air_temperature\n    kind: read\n    description: Temperature of the hot", msg: "read_air_temperature is already defined by the capability at line 43"},
+	{name: "bad tag", base: greenhouse, old: "[door, contact, security]", new: "[door, Contact]", at: "[door", msg: `tag "Contact"`},
+	{name: "empty tags", base: greenhouse, old: "[door, contact, security]", new: "[]", at: "[]", msg: "at least one tag"},
+	{name: "bad bus name", base: greenhouse, old: "  i2c1:\n", new: "  I2C_1:\n    type: i2c\n    device: \"2\"\n  i2c1:\n", at: "I2C_1", msg: `bus name "I2C_1"`},
+	// Capability rules.
+	{name: "bad kind", base: greenhouse, old: "    kind: read\n    description: Whether", new: "    kind: watch\n    description: Whether", at: "watch", msg: "must be read or do"},
+	{name: "bad data type", base: greenhouse, old: "    data_type: float\n    unit: kWh", new: "    data_type: double\n    unit: kWh", at: "double", msg: "must be float, int, bool, string or enum"},
+	{name: "read with side effects", base: greenhouse, old: "    semantic_tags: [door, contact, security]\n", new: "    semantic_tags: [door, contact, security]\n    side_effects: [beeps]\n", at: "[beeps]", msg: "must not have side effects"},
+	{name: "read with rate limit", base: greenhouse, old: "    semantic_tags: [door, contact, security]\n", new: "    semantic_tags: [door, contact, security]\n    rate_limit: 1/second\n", at: "1/second", msg: "only applies to do capabilities"},
+	{name: "read with cooldown", base: greenhouse, old: "    semantic_tags: [door, contact, security]\n", new: "    semantic_tags: [door, contact, security]\n    cooldown_ms: 5\n", at: "5\n", msg: "only applies to do capabilities"},
+	{name: "read with safe value", base: greenhouse, old: "    semantic_tags: [door, contact, security]\n", new: "    semantic_tags: [door, contact, security]\n    safe_value: true\n", at: "true\n", msg: "only applies to do capabilities"},
+	{name: "do with cache ttl", base: greenhouse, old: "    cooldown_ms: 2000\n", new: "    cooldown_ms: 2000\n    cache_ttl_ms: 10\n", at: "10\n", msg: "only applies to read capabilities"},
+	{name: "numeric do without range", base: greenhouse, old: "    range: {min: 5, max: 35}\n    precision: 1\n", new: "    precision: 1\n", at: "float\n    unit: \"°C\"\n    precision: 1", msg: "needs a range with both min and max"},
+	{name: "numeric do with half range", base: greenhouse, old: "    range: {min: 5, max: 35}\n    precision: 1\n", new: "    range: {min: 5}\n    precision: 1\n", at: "{min: 5}", msg: "needs a range with both min and max"},
+	{name: "min greater than max", base: greenhouse, old: "range: {min: 0, max: 90}", new: "range: {min: 95, max: 90}", at: "95", msg: "min 95 is greater than max 90"},
+	{name: "range on bool", base: greenhouse, old: "    semantic_tags: [door, contact, security]\n", new: "    semantic_tags: [door, contact, security]\n    range: {min: 0, max: 1}\n", at: "{min: 0", msg: "range only applies to float and int"},
+	{name: "bad rate grammar", base: greenhouse, old: "rate_limit: 6/minute", new: "rate_limit: 6 per minute", at: "6 per minute", msg: "not of the form N/second"},
+	{name: "zero rate", base: greenhouse, old: "rate_limit: 6/minute", new: "rate_limit: 0/minute", at: "0/minute", msg: "at least 1"},
+	{name: "bad role", base: greenhouse, old: "    requires_permission: operator\n    safe_value: false", new: "    requires_permission: root\n    safe_value: false", at: "root", msg: `unknown role "root"`},
+	{name: "quorum size without quorum", base: greenhouse, old: "    cooldown_ms: 2000\n", new: "    cooldown_ms: 2000\n    quorum_size: 2\n", at: "2\n", msg: "only applies with requires_quorum"},
+	{name: "quorum without size", base: greenhouse, old: "    cooldown_ms: 2000\n", new: "    cooldown_ms: 2000\n    requires_quorum: true\n", at: "true\n", msg: "needs quorum_size"},
+	{name: "timeout zero", base: greenhouse, old: "    cache_ttl_ms: 1000\n", new: "    cache_ttl_ms: 1000\n    timeout_ms: 0\n", at: "timeout_ms: ^0", msg: "at least 1"},
+	{name: "cache ttl without cacheable", base: greenhouse, old: "    cache_ttl_ms: 1000\n", new: "    cache_ttl_ms: 1000\n    cacheable: false\n", at: "1000", msg: "not cacheable"},
+	{name: "enum without values", base: pumpSkid, old: "    enum_values: [\"off\", manual, auto, fault]\n", new: "", at: "enum\n", msg: "needs enum_values"},
+	{name: "enum duplicate value", base: pumpSkid, old: "[\"off\", manual, auto, fault]", new: "[\"off\", manual, \"off\"]", at: "[\"off", msg: "unique"},
+	{name: "safe value outside range", base: greenhouse, old: "safe_value: 12", new: "safe_value: 40", at: "40", msg: "outside the range 5..35"},
+	{name: "safe value wrong type", base: greenhouse, old: "safe_value: false", new: "safe_value: 0", at: "0\n", msg: "must be true or false"},
+	{name: "safe value vs safe level", base: greenhouse, old: "      safe_level: low", new: "      safe_level: high", at: "false\n", msg: "disagrees with the binding's safe_level high"},
+	// Buses.
+	{name: "unknown bus type", base: greenhouse, old: "type: i2c\n", new: "type: spi\n", at: "spi", msg: `unknown bus type "spi"`},
+	{name: "key of another bus type", base: greenhouse, old: "    device: \"1\"\n", new: "    device: \"1\"\n    baud: 9600\n", at: "baud", msg: `unknown key "baud"`},
+	{name: "bad i2c device", base: greenhouse, old: "    device: \"1\"\n", new: "    device: i2c-one\n", at: "i2c-one", msg: "number N or /dev/i2c-N"},
+	{name: "gpio chip and path", base: greenhouse, old: "    chip: pinctrl-bcm2711\n", new: "    chip: pinctrl-bcm2711\n    path: /dev/gpiochip0\n", at: "/dev/gpiochip0", msg: "not both"},
+	{name: "bad parity", base: greenhouse, old: "parity: even", new: "parity: mark", at: "mark", msg: "none, even or odd"},
+	{name: "bad stop bits", base: greenhouse, old: "stop_bits: 1", new: "stop_bits: 3", at: "3", msg: "must be 1 or 2"},
+	{name: "bad data bits", base: greenhouse, old: "    baud: 9600\n", new: "    baud: 9600\n    data_bits: 5\n", at: "5\n", msg: "must be 7 or 8"},
+	{name: "zero baud", base: greenhouse, old: "baud: 9600", new: "baud: 0", at: "0\n", msg: "positive baud rate"},
+	{name: "tcp address", base: pumpSkid, old: "address: 127.0.0.1:1502", new: "address: 127.0.0.1", at: "127.0.0.1", msg: "must be host:port"},
+	{name: "fault rate", base: pumpSkid, old: "error_rate: 0.01", new: "error_rate: 1.5", at: "1.5", msg: "within 0..1"},
+	{name: "simulation on real bus", base: greenhouse, old: "    device: \"1\"\n    simulated: true\n", new: "    device: \"1\"\n    simulation: {latency_ms: 1}\n", at: "{latency_ms", msg: "not simulated"},
+	{name: "point simulation on real bus", base: greenhouse, old: "    device: \"1\"\n    simulated: true\n", new: "    device: \"1\"\n    simulated: false\n", at: "initial: 21.5", msg: `bus "i2c1" is not simulated`},
+	{name: "binding to undeclared bus", base: greenhouse, old: "bus: i2c1", new: "bus: i2c0", at: "i2c0", msg: `no bus named "i2c0" (did you mean "i2c1"?)`},
+	{name: "binding type mismatch", base: greenhouse, old: "      bus: i2c1\n", new: "      bus: i2c1\n      type: modbus\n", at: "modbus\n", msg: "does not match bus"},
+	// I2C bindings.
+	{name: "i2c address out of range", base: greenhouse, old: `"0x48:reg=0x00`, new: `"0x78:reg=0x00`, at: "0x78", msg: "outside the 7-bit device range"},
+	{name: "i2c width without byte order", base: greenhouse, old: ":width=2:byte_order=big:", new: ":width=2:", at: "width=^2", msg: "needs byte_order"},
+	{name: "i2c width too wide", base: greenhouse, old: ":width=2:", new: ":width=5:", at: "5:", msg: "width must be 1..4"},
+	{name: "i2c shift too far", base: greenhouse, old: ":shift=4:", new: ":shift=16:", at: "16", msg: "shift must be 0..15"},
+	{name: "short unknown key", base: greenhouse, old: ":signed=true:", new: ":sign=true:", at: "sign=", msg: `unknown key "sign" in the short address (did you mean "signed"?)`},
+	{name: "short empty item", base: greenhouse, old: "0x48:reg=0x00:", new: "0x48::reg=0x00:", at: ":reg=0x00", msg: "empty item"},
+	{name: "short given twice", base: greenhouse, old: ":shift=4:", new: ":shift=4:shift=3:", at: "shift=3", msg: "shift is given twice"},
+	{name: "short and structured", base: greenhouse, old: "scale=0.0625\"\n", new: "scale=0.0625\"\n      scale: 2\n", at: "scale: 2", msg: "given both in the short address"},
+	// GPIO bindings.
+	{name: "gpio output without safe level", base: greenhouse, old: "      line: GPIO17\n      safe_level: low\n", new: "      line: GPIO17\n", at: "bus: gpio\n      line: GPIO17\n    data_type", msg: "needs safe_level"},
+	{name: "gpio safe level on input", base: greenhouse, old: "      bias: pull-up\n", new: "      bias: pull-up\n      safe_level: low\n", at: "low\n", msg: "only applies to output"},
+	{name: "gpio direction mismatch", base: greenhouse, old: "      bias: pull-up\n", new: "      bias: pull-up\n      direction: output\n", at: "output", msg: "needs direction input"},
+	{name: "gpio bad bias", base: greenhouse, old: "bias: pull-up", new: "bias: pullup", at: "pullup", msg: "as-is, disable, pull-up or pull-down"},
+	{name: "gpio line and offset", base: greenhouse, old: "      line: GPIO27\n", new: "      line: GPIO27\n      offset: 27\n", at: "27\n      bias", msg: "not both"},
+	{name: "gpio not bool", base: greenhouse, old: "    data_type: bool\n    semantic_tags: [door", new: "    data_type: int\n    semantic_tags: [door", at: "int\n", msg: "needs data_type bool"},
+	{name: "gpio line bound twice", base: greenhouse, old: "line: GPIO27", new: "line: GPIO17", at: "bus: gpio\n      line: GPIO17\n      bias", msg: "already bound by do_vent_fan"},
+	{name: "gpio bad mode", base: greenhouse, old: "      line: GPIO27\n", new: "      address: \"pin=27:mode=analog\"\n", at: "analog", msg: "mode \"analog\" is not supported"},
+	{name: "gpio bare short item", base: greenhouse, old: "      line: GPIO27\n", new: "      address: \"27\"\n", at: "27", msg: "must be key=value"},
+	// Modbus bindings.
+	{name: "modbus multi-register without byte order", base: greenhouse, old: "      data_type: uint32\n      byte_order: big\n", new: "      data_type: uint32\n", at: "bus: rs485\n      unit: 1\n      table: input\n      address: 10", msg: "uint32 needs byte_order"},
+	{name: "modbus multi-register without word order", base: greenhouse, old: "      data_type: uint32\n      byte_order: big\n      word_order: big\n", new: "      data_type: uint32\n      byte_order: big\n", at: "bus: rs485\n      unit: 1\n      table: input\n      address: 10", msg: "needs word_order"},
+	{name: "modbus short without orders", base: greenhouse, old: ":dtype=float32:byte_order=big:word_order=big\"", new: ":dtype=float32\"", at: "bus: rs485\n      address: \"slave", msg: "float32 needs byte_order"},
+	{name: "modbus word order on one register", base: pumpSkid, old: "      data_type: int16\n", new: "      data_type: int16\n      word_order: big\n", at: "big", msg: "only applies to values of two or more registers"},
+	{name: "modbus reference and table disagree", base: greenhouse, old: "reg=40001:type=holding", new: "reg=30001:type=holding", at: "holding:", msg: "disagrees with reference 30001"},
+	{name: "modbus bad reference", base: greenhouse, old: "reg=40001", new: "reg=20001", at: "20001", msg: "not a Modicon reference"},
+	{name: "modbus address and reference", base: greenhouse, old: "      address: 2\n", new: "      address: 2\n      reference: 30003\n", at: "30003", msg: "not both"},
+	{name: "modbus missing table", base: greenhouse, old: "      table: input\n      address: 2\n", new: "      address: 2\n", at: "bus: rs485\n      unit: 1\n      address: 2", msg: "missing table"},
+	{name: "modbus bool on register", base: greenhouse, old: "      data_type: uint32\n", new: "      data_type: bool\n", at: "bool\n", msg: "bool is for coils"},
+	{name: "modbus register type on coil", base: pumpSkid, old: "      table: discrete_input\n      address: 0\n", new: "      table: discrete_input\n      address: 0\n      data_type: uint16\n", at: "uint16", msg: "holds single bits"},
+	{name: "modbus do on read-only table", base: greenhouse, old: "      table: holding\n      address: 0\n", new: "      table: input\n      address: 0\n", at: "input\n      address: 0", msg: "read-only"},
+	{name: "modbus missing data type", base: pumpSkid, old: "      address: 6\n      data_type: uint16\n", new: "      address: 6\n", at: "bus: plc\n      unit: 1\n      table: input\n      address: 6", msg: "missing data_type"},
+	{name: "modbus unknown data type", base: pumpSkid, old: "      address: 6\n      data_type: uint16\n", new: "      address: 6\n      data_type: word\n", at: "word", msg: "unknown Modbus data type"},
+	{name: "modbus bit without bit", base: pumpSkid, old: "      address: 6\n      data_type: uint16\n", new: "      address: 6\n      data_type: bit\n", at: "bus: plc\n      unit: 1\n      table: input\n      address: 6", msg: "needs bit"},
+	{name: "modbus string without length", base: pumpSkid, old: "      address: 6\n      data_type: uint16\n", new: "      address: 6\n      data_type: string\n      byte_order: big\n", at: "bus: plc\n      unit: 1\n      table: input\n      address: 6", msg: "needs length"},
+	{name: "modbus data type incompatible", base: pumpSkid, old: "      address: 6\n      data_type: uint16\n", new: "      address: 6\n      data_type: float32\n      byte_order: big\n      word_order: big\n", at: "enum\n", msg: "data_type enum cannot be carried by a Modbus float32"},
+	{name: "modbus rtu unit zero", base: greenhouse, old: "slave=1:", new: "slave=0:", at: "0:", msg: "0 is broadcast"},
+	{name: "modbus scale zero", base: greenhouse, old: "scale: 0.01", new: "scale: 0", at: "0\n", msg: "scale must not be 0"},
+	{name: "modbus past the end", base: greenhouse, old: "      address: 10\n", new: "      address: 65535\n", at: "65535", msg: "runs past the last address"},
+	{name: "modbus bad byte order", base: greenhouse, old: "      byte_order: big\n      word_order: big\n      scale", new: "      byte_order: middle\n      word_order: big\n      scale", at: "middle", msg: "must be big or little"},
+	// Simulation.
+	{name: "follows unknown", base: pumpSkid, old: "follows: pump_run", new: "follows: pump_rum", at: "pump_rum", msg: `no do capability named "pump_rum" (did you mean "pump_run"?)`},
+	{name: "simulation initial type", base: greenhouse, old: "      initial: true", new: "      initial: 1", at: "1\n", msg: "must be true or false"},
+	{name: "simulation noise on bool", base: greenhouse, old: "      initial: true", new: "      initial: true\n      noise: 0.1", at: "0.1", msg: "only applies to float and int"},
+	{name: "waveform shape", base: greenhouse, old: "shape: sine", new: "shape: wobble", at: "wobble", msg: "sine, triangle, square or sawtooth"},
+	{name: "waveform period", base: greenhouse, old: "period_s: 600", new: "period_s: 0", at: "0}", msg: "must be positive"},
+	// Warnings: legal but suspicious.
+	{name: "generic name", base: greenhouse, old: "name: door_closed", new: "name: value", at: "value", msg: "generic name", warning: true},
+	{name: "read description sounds like a write", base: greenhouse, old: "description: Whether the greenhouse door", new: "description: Reset whether the greenhouse door", at: "Reset", msg: `("Reset")`, warning: true},
+	{name: "unused bus", base: greenhouse, old: "capabilities:\n", new: "  spare:\n    type: i2c\n    device: \"3\"\n\ncapabilities:\n", at: "spare", msg: "no capability uses this bus", warning: true},
+	{name: "too many tools", base: greenhouse, old: "audit:", new: "  - name: soil_moisture\n    kind: read\n    description: Soil moisture.\n    binding: {bus: rs485, address: \"unit=1:reg=30021:dtype=uint16\"}\n    data_type: int\n    unit: \"%\"\n    semantic_tags: [soil]\naudit:", at: "- name: air_temperature", msg: "9 tools with can_do", warning: true},
+	{name: "gpio chip by number", base: greenhouse, old: "chip: pinctrl-bcm2711", new: "chip: gpiochip0", at: "gpiochip0", msg: "chip number", warning: true},
+}
+
+func TestManifestFindings(t *testing.T) {
+	for _, e := range manifestEdits {
+		t.Run(e.name, func(t *testing.T) {
+			text, want := e.apply(t)
+			m, diags := Parse("m.yml", []byte(text))
+			if !e.warning && m != nil {
+				t.Errorf("want the manifest rejected")
+			}
+			if e.warning && m == nil {
+				t.Errorf("a warning must not reject the manifest:\n%s", diags)
+			}
+			checkFinding(t, diags, want, e.msg, e.warning)
+		})
+	}
+}
+
+// A simulated RTU bus may use any port name; a real one is warned about.
+func TestRTUPortWarning(t *testing.T) {
+	text := strings.Replace(readFile(t, greenhouse), "port: /dev/serial/by-id/usb-FTDI_FT232R_USB_UART_A10K1234-if00-port0", "port: /dev/ttyUSB0", 1)
+	text = strings.Replace(text, "    simulated: true\n    simulation:\n      latency_ms: 5\n", "", 1)
+	for _, sim := range []string{"      initial: 18\n", "      initial: 45\n      noise: 0.2\n", "      initial: 1234.56\n"} {
+		text = strings.Replace(text, "    simulation:\n"+sim, "", 1)
+	}
+	m, diags := Parse("m.yml", []byte(text))
+	if m == nil {
+		t.Fatal(diags)
+	}
+	if w := diags.Warnings(); len(w) != 1 || !strings.Contains(w[0].Msg, "by-id") {
+		t.Errorf("want one by-id warning, got:\n%s", diags)
+	}
+}
+
+func TestDoDensityWarning(t *testing.T) {
+	text := readFile(t, pumpSkid)
+	// Put every tool on one endpoint: 8 tools + can_do, and 2 do tools.
+	text = strings.NewReplacer("    group: operation\n", "", "    group: monitoring\n", "").Replace(text)
+	m, diags := Parse("m.yml", []byte(text))
+	if m == nil {
+		t.Fatal(diags)
+	}
+	if !strings.Contains(diags.String(), "9 tools with can_do") {
+		t.Errorf("want a density warning, got:\n%s", diags)
+	}
+}
+
+func TestEmptyAndNonMapping(t *testing.T) {
+	for _, text := range []string{"", "# only a comment\n", "- a\n- b\n", "just text"} {
+		m, diags := Parse("m.yml", []byte(text))
+		if m != nil || !diags.HasErrors() {
+			t.Errorf("%q: want an error, got %v", text, diags)
+		}
+	}
+}

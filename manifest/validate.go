@@ -1,0 +1,628 @@
+package manifest
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/physmcp/physmcpd/internal/strictyaml"
+)
+
+var (
+	nameGrammar = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+	tagGrammar  = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
+	i2cDevice   = regexp.MustCompile(`^(?:/dev/i2c-)?([0-9]+)$`)
+	// mutationWord is what the proMCP linter flags in a read_* description.
+	mutationWord = regexp.MustCompile(`(?i)\b(create|update|delete|set|reset|trigger|send|write|insert|modify)\b`)
+)
+
+// genericNames make tools an agent cannot choose between (read_data, do_update).
+var genericNames = []string{"data", "value", "values", "update", "info", "status", "state", "item", "thing", "result", "output", "input", "misc", "test"}
+
+// Tool-density limits of the proMCP linter, per endpoint (one can_do included).
+const (
+	maxToolsPerEndpoint = 8
+	maxDoPerEndpoint    = 5
+	maxToolName         = 64
+)
+
+var roles = []Role{RoleNone, RoleOperator, RoleSupervisor, RoleAdmin}
+
+// ValidRole reports whether r is one of none, operator, supervisor, admin.
+func ValidRole(r Role) bool { return slices.Contains(roles, r) }
+
+// RoleNames lists the roles for messages.
+func RoleNames() string { return quoteList(roles) }
+
+type validator struct {
+	d       *strictyaml.Decoder
+	m       *Manifest
+	usedBus map[string]bool
+}
+
+func (v *validator) errorf(p strictyaml.Pos, path, format string, args ...any) {
+	v.d.ErrorAt(p, path, format, args...)
+}
+
+func (v *validator) warnf(p strictyaml.Pos, path, format string, args ...any) {
+	v.d.WarnAt(p, path, format, args...)
+}
+
+func (v *validator) run() {
+	m := v.m
+	if m.PhysMCPVersion != "" && m.PhysMCPVersion != Version {
+		v.errorf(m.At.Of("physmcp_version"), "physmcp_version", "unsupported version %q; this physmcpd reads %q", m.PhysMCPVersion, Version)
+	}
+	v.device(&m.Device)
+	if m.Network != nil {
+		v.network(m.Network)
+	}
+	switch m.Profile {
+	case "", "full", "lite":
+	default:
+		v.errorf(m.At.Of("profile"), "profile", "must be full or lite, got %q", m.Profile)
+	}
+	v.usedBus = map[string]bool{}
+	for _, name := range sortedKeys(m.Buses) {
+		v.bus(m.Buses[name])
+	}
+	if m.At.Has("capabilities") && len(m.Capabilities) == 0 {
+		v.errorf(m.At.Of("capabilities"), "capabilities", "the device declares no capabilities")
+	}
+	v.capabilities()
+	if m.Audit != nil {
+		if m.Audit.RetentionDays < 0 {
+			v.errorf(m.Audit.At.Of("retention_days"), "audit.retention_days", "must not be negative, got %d", m.Audit.RetentionDays)
+		}
+	}
+	for _, name := range sortedKeys(m.Buses) {
+		if b := m.Buses[name]; !v.usedBus[name] {
+			v.warnf(b.At.Key, "buses."+name, "no capability uses this bus")
+		}
+	}
+}
+
+func (v *validator) device(dev *Device) {
+	if dev.ID != "" && !nameGrammar.MatchString(dev.ID) {
+		v.errorf(dev.At.Of("id"), "device.id", "%q must be lowercase letters, digits and _ and start with a letter (convention: <type>_<location>_<seq>)", dev.ID)
+	}
+	if dev.At.Has("type") && strings.TrimSpace(dev.Type) == "" {
+		v.errorf(dev.At.Of("type"), "device.type", "must not be empty")
+	}
+	if dev.Location != nil && dev.Location.At.Has("zone") && strings.TrimSpace(dev.Location.Zone) == "" {
+		v.errorf(dev.Location.At.Of("zone"), "device.location.zone", "must not be empty")
+	}
+}
+
+func (v *validator) network(n *Network) {
+	for i, p := range n.Protocols {
+		path := fmt.Sprintf("network.protocols[%d]", i)
+		switch p.Type {
+		case "", "ip", "serial", "lora", "ble":
+		default:
+			v.errorf(p.At.Of("type"), path+".type", "must be ip, serial, lora or ble, got %q", p.Type)
+		}
+		switch p.Role {
+		case "", "native", "proxy", "lite":
+		default:
+			v.errorf(p.At.Of("role"), path+".role", "must be native, proxy or lite, got %q", p.Role)
+		}
+		if p.At.Has("mcp_port") && (p.MCPPort < 1 || p.MCPPort > 65535) {
+			v.errorf(p.At.Of("mcp_port"), path+".mcp_port", "must be a TCP port 1..65535, got %d", p.MCPPort)
+		}
+	}
+	if ms := n.Mesh; ms != nil {
+		if ms.MaxPeers < 0 {
+			v.errorf(ms.At.Of("max_peers"), "network.mesh.max_peers", "must not be negative, got %d", ms.MaxPeers)
+		}
+		if ms.HeartbeatIntervalMs < 0 {
+			v.errorf(ms.At.Of("heartbeat_interval_ms"), "network.mesh.heartbeat_interval_ms", "must not be negative, got %d", ms.HeartbeatIntervalMs)
+		}
+	}
+}
+
+func (v *validator) nonNegative(at Positions, path, key string, value int) {
+	if value < 0 {
+		v.errorf(at.Of(key), path+"."+key, "must not be negative, got %d", value)
+	}
+}
+
+func (v *validator) rate01(at Positions, path, key string, value float64) {
+	if value < 0 || value > 1 {
+		v.errorf(at.Of(key), path+"."+key, "is a probability and must be within 0..1, got %g", value)
+	}
+}
+
+func (v *validator) bus(b *Bus) {
+	path := "buses." + b.Name
+	if !tagGrammar.MatchString(b.Name) {
+		v.errorf(b.At.Key, path, "bus name %q must be lowercase letters, digits, _ and - and start with a letter", b.Name)
+	}
+	if s := b.Simulation; s != nil {
+		if !b.Simulated {
+			v.errorf(b.At.Of("simulation"), path+".simulation", "the bus is not simulated; add simulated: true or remove the simulation")
+		}
+		sp := path + ".simulation"
+		if s.LatencyMs < 0 {
+			v.errorf(s.At.Of("latency_ms"), sp+".latency_ms", "must not be negative, got %g", s.LatencyMs)
+		}
+		if s.JitterMs < 0 {
+			v.errorf(s.At.Of("jitter_ms"), sp+".jitter_ms", "must not be negative, got %g", s.JitterMs)
+		}
+		v.rate01(s.At, sp, "timeout_rate", s.TimeoutRate)
+		v.rate01(s.At, sp, "error_rate", s.ErrorRate)
+	}
+	switch {
+	case b.I2C != nil:
+		k := b.I2C
+		if !i2cDevice.MatchString(k.Device) {
+			v.errorf(k.At.Of("device"), path+".device", "must be the adapter number N or /dev/i2c-N, got %q", k.Device)
+		}
+		v.nonNegative(k.At, path, "retries", k.Retries)
+		v.nonNegative(k.At, path, "timeout_ms", k.TimeoutMs)
+	case b.GPIO != nil:
+		k := b.GPIO
+		switch {
+		case k.Chip != "" && k.Path != "":
+			v.errorf(k.At.Of("path"), path, "give the chip by label (chip) or by path, not both")
+		case k.Chip == "" && k.Path == "":
+			v.errorf(b.At.Self, path, "missing the GPIO chip: give chip (its label, e.g. pinctrl-bcm2711; preferred) or path (/dev/gpiochipN)")
+		case k.Path != "" && !strings.HasPrefix(k.Path, "/dev/"):
+			v.errorf(k.At.Of("path"), path+".path", "must be a device path such as /dev/gpiochip0, got %q", k.Path)
+		case strings.HasPrefix(k.Chip, "gpiochip"):
+			v.warnf(k.At.Of("chip"), path+".chip", "%q is a chip number, which can change between kernels; use the chip's label (see gpiodetect)", k.Chip)
+		}
+	case b.ModbusTCP != nil:
+		k := b.ModbusTCP
+		if host, port, err := net.SplitHostPort(k.Address); err != nil || host == "" {
+			v.errorf(k.At.Of("address"), path+".address", "must be host:port, got %q", k.Address)
+		} else if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			v.errorf(k.At.Of("address"), path+".address", "port %q must be 1..65535", port)
+		}
+		v.nonNegative(k.At, path, "timeout_ms", k.TimeoutMs)
+		v.nonNegative(k.At, path, "retries", k.Retries)
+		v.nonNegative(k.At, path, "max_gap", k.MaxGap)
+	case b.ModbusRTU != nil:
+		v.rtu(b, b.ModbusRTU, path)
+	}
+}
+
+func (v *validator) rtu(b *Bus, k *ModbusRTUBus, path string) {
+	if k.Port == "" {
+		v.errorf(k.At.Of("port"), path+".port", "must not be empty")
+	} else if !strings.HasPrefix(k.Port, "/dev/serial/by-id/") && !b.Simulated {
+		v.warnf(k.At.Of("port"), path+".port", "%q may name another adapter after a re-plug or reboot; prefer its /dev/serial/by-id/... path", k.Port)
+	}
+	if k.Baud <= 0 {
+		v.errorf(k.At.Of("baud"), path+".baud", "must be a positive baud rate, got %d", k.Baud)
+	}
+	switch k.DataBits {
+	case 0:
+		k.DataBits = 8
+	case 7, 8:
+	default:
+		v.errorf(k.At.Of("data_bits"), path+".data_bits", "must be 7 or 8, got %d", k.DataBits)
+	}
+	switch k.Parity {
+	case "none", "even", "odd":
+	default:
+		if k.At.Has("parity") {
+			v.errorf(k.At.Of("parity"), path+".parity", "must be none, even or odd, got %q", k.Parity)
+		}
+	}
+	if k.At.Has("stop_bits") && k.StopBits != 1 && k.StopBits != 2 {
+		v.errorf(k.At.Of("stop_bits"), path+".stop_bits", "must be 1 or 2, got %d", k.StopBits)
+	}
+	if k.Parity == "none" && k.StopBits == 1 {
+		v.warnf(k.At.Of("stop_bits"), path+".stop_bits", "the Modbus serial-line standard asks for 2 stop bits without parity; check the device's setting")
+	}
+	v.nonNegative(k.At, path, "timeout_ms", k.TimeoutMs)
+	v.nonNegative(k.At, path, "retries", k.Retries)
+	v.nonNegative(k.At, path, "max_gap", k.MaxGap)
+	if r := k.RS485; r != nil {
+		v.nonNegative(r.At, path+".rs485", "delay_rts_before_send_us", r.DelayRTSBeforeSendUs)
+		v.nonNegative(r.At, path+".rs485", "delay_rts_after_send_us", r.DelayRTSAfterSendUs)
+	}
+}
+
+func (v *validator) capabilities() {
+	tools := map[string]*Capability{}
+	doNames := map[string]*Capability{}
+	for _, c := range v.m.Capabilities {
+		if c.Kind == KindDo {
+			doNames[c.Name] = c
+		}
+	}
+	gpioLines := map[string]*Capability{}
+	for i, c := range v.m.Capabilities {
+		path := fmt.Sprintf("capabilities[%d]", i)
+		v.capability(path, c)
+		if nameGrammar.MatchString(c.Name) && (c.Kind == KindRead || c.Kind == KindDo) {
+			tool := c.ToolName()
+			if first, dup := tools[tool]; dup {
+				v.errorf(c.At.Of("name"), path+".name", "tool %s is already defined by the capability at line %d; a name may appear once as read and once as do", tool, first.At.Self.Line)
+			} else {
+				tools[tool] = c
+			}
+		}
+		v.binding(path, c)
+		v.simulation(path, c, doNames)
+		if g := c.Binding.GPIO; g != nil {
+			key := c.Binding.Bus + "\x00" + g.Line
+			if g.HasOffset {
+				key = c.Binding.Bus + "\x00#" + strconv.Itoa(g.Offset)
+			}
+			if first, dup := gpioLines[key]; dup {
+				v.errorf(c.Binding.At.Self, path+".binding", "the GPIO line is already bound by %s (line %d); a line can be requested only once", first.ToolName(), first.At.Self.Line)
+			} else {
+				gpioLines[key] = c
+			}
+		}
+	}
+	v.density()
+}
+
+func (v *validator) capability(path string, c *Capability) {
+	at := c.At
+	if c.Name != "" {
+		switch {
+		case !nameGrammar.MatchString(c.Name):
+			v.errorf(at.Of("name"), path+".name", "%q must be lowercase letters, digits and _ and start with a letter", c.Name)
+		case len(c.ToolName()) > maxToolName:
+			v.errorf(at.Of("name"), path+".name", "tool name %s is %d characters; the limit is %d", c.ToolName(), len(c.ToolName()), maxToolName)
+		case slices.Contains(genericNames, c.Name):
+			v.warnf(at.Of("name"), path+".name", "%q is a generic name; an agent choosing among tools needs a specific one (e.g. air_temperature)", c.Name)
+		}
+	}
+	kindOK := c.Kind == KindRead || c.Kind == KindDo
+	if c.Kind != "" && !kindOK {
+		v.errorf(at.Of("kind"), path+".kind", "must be read or do, got %q", c.Kind)
+	}
+	if at.Has("description") && strings.TrimSpace(c.Description) == "" {
+		v.errorf(at.Of("description"), path+".description", "must not be empty; agents choose tools by their descriptions")
+	}
+	if c.Kind == KindRead {
+		if w := mutationWord.FindString(c.Description); w != "" {
+			v.warnf(at.Of("description"), path+".description", "a read_ description should not sound like a change (%q); the proMCP linter flags it", w)
+		}
+	}
+	typeOK := true
+	switch c.DataType {
+	case TypeFloat, TypeInt, TypeBool, TypeString, TypeEnum:
+	case "":
+		typeOK = false
+	default:
+		typeOK = false
+		v.errorf(at.Of("data_type"), path+".data_type", "must be float, int, bool, string or enum, got %q", c.DataType)
+	}
+	if at.Has("semantic_tags") && len(c.SemanticTags) == 0 {
+		v.errorf(at.Of("semantic_tags"), path+".semantic_tags", "needs at least one tag; can_do finds capabilities by them")
+	}
+	seenTag := map[string]bool{}
+	for j, t := range c.SemanticTags {
+		switch {
+		case !tagGrammar.MatchString(t):
+			v.errorf(at.Of("semantic_tags"), fmt.Sprintf("%s.semantic_tags[%d]", path, j), "tag %q must be lowercase letters, digits, _ and - and start with a letter", t)
+		case seenTag[t]:
+			v.warnf(at.Of("semantic_tags"), fmt.Sprintf("%s.semantic_tags[%d]", path, j), "tag %q is listed twice", t)
+		}
+		seenTag[t] = true
+	}
+	if typeOK && c.IsNumeric() && c.Unit == "" {
+		v.warnf(at.Self, path, "a numeric capability without a unit; proMCP requires one for physical quantities")
+	}
+	v.rangeAndValues(path, c, typeOK)
+	if c.SampleRateHz < 0 {
+		v.errorf(at.Of("sample_rate_hz"), path+".sample_rate_hz", "must not be negative, got %g", c.SampleRateHz)
+	}
+	if c.RequiresPermission != "" && !ValidRole(c.RequiresPermission) {
+		v.errorf(at.Of("requires_permission"), path+".requires_permission", "unknown role %q; expected one of %s", c.RequiresPermission, RoleNames())
+	}
+	if c.TimeoutMs != nil && *c.TimeoutMs < 1 {
+		v.errorf(at.Of("timeout_ms"), path+".timeout_ms", "must be at least 1, got %d", *c.TimeoutMs)
+	}
+	if c.CacheTTLMs != nil && *c.CacheTTLMs < 0 {
+		v.errorf(at.Of("cache_ttl_ms"), path+".cache_ttl_ms", "must not be negative, got %d", *c.CacheTTLMs)
+	}
+	if c.Cacheable != nil && !*c.Cacheable && c.CacheTTLMs != nil {
+		v.errorf(at.Of("cache_ttl_ms"), path+".cache_ttl_ms", "the capability is not cacheable (cacheable: false), so a cache TTL would be ignored")
+	}
+	if c.CooldownMs < 0 {
+		v.errorf(at.Of("cooldown_ms"), path+".cooldown_ms", "must not be negative, got %d", c.CooldownMs)
+	}
+	if c.RequiresQuorum && !at.Has("quorum_size") {
+		v.errorf(at.Of("requires_quorum"), path+".requires_quorum", "requires_quorum needs quorum_size (the number of nodes, this one included)")
+	}
+	if at.Has("quorum_size") {
+		if !c.RequiresQuorum {
+			v.errorf(at.Of("quorum_size"), path+".quorum_size", "quorum_size only applies with requires_quorum: true")
+		} else if c.QuorumSize < 1 {
+			v.errorf(at.Of("quorum_size"), path+".quorum_size", "must be at least 1, got %d", c.QuorumSize)
+		}
+	}
+	if at.Has("group") && !nameGrammar.MatchString(c.Group) {
+		v.errorf(at.Of("group"), path+".group", "%q must be lowercase letters, digits and _ and start with a letter", c.Group)
+	}
+	for j, s := range c.SideEffects {
+		if strings.TrimSpace(s) == "" {
+			v.errorf(at.Of("side_effects"), fmt.Sprintf("%s.side_effects[%d]", path, j), "must not be empty")
+		}
+	}
+	switch c.Kind {
+	case KindRead:
+		for _, key := range []string{"side_effects", "rate_limit", "cooldown_ms", "requires_quorum", "quorum_size", "safe_value", "compensable"} {
+			if at.Has(key) {
+				msg := "only applies to do capabilities"
+				if key == "side_effects" {
+					msg = "a read capability must not have side effects (proMCP); if reading changes something, make it a do capability"
+				}
+				v.errorf(at.Of(key), path+"."+key, "%s", msg)
+			}
+		}
+	case KindDo:
+		for _, key := range []string{"cacheable", "cache_ttl_ms", "sample_rate_hz"} {
+			if at.Has(key) {
+				v.errorf(at.Of(key), path+"."+key, "only applies to read capabilities")
+			}
+		}
+		if len(c.SideEffects) == 0 {
+			v.warnf(at.Self, path, "do_%s declares no side_effects; say what acting changes in the world", c.Name)
+		}
+	}
+}
+
+func (v *validator) rangeAndValues(path string, c *Capability, typeOK bool) {
+	at := c.At
+	if r := c.Range; r != nil {
+		switch {
+		case typeOK && !c.IsNumeric():
+			v.errorf(at.Of("range"), path+".range", "range only applies to float and int capabilities, not %s", c.DataType)
+		case r.Min == nil && r.Max == nil:
+			v.errorf(at.Of("range"), path+".range", "give min, max or both")
+		case r.Min != nil && r.Max != nil && *r.Min > *r.Max:
+			v.errorf(r.At.Of("min"), path+".range.min", "min %g is greater than max %g", *r.Min, *r.Max)
+		}
+	}
+	if typeOK && c.Kind == KindDo && c.IsNumeric() && (c.Range == nil || c.Range.Min == nil || c.Range.Max == nil) {
+		key := "range"
+		if !at.Has("range") {
+			key = "data_type"
+		}
+		v.errorf(at.Of(key), path+".range", "a numeric do capability needs a range with both min and max: it is the hard limit nothing is written past")
+	}
+	if c.Precision != nil {
+		if typeOK && !c.IsNumeric() {
+			v.errorf(at.Of("precision"), path+".precision", "precision only applies to float and int capabilities")
+		} else if *c.Precision < 0 || *c.Precision > 15 {
+			v.errorf(at.Of("precision"), path+".precision", "must be 0..15 decimal places, got %d", *c.Precision)
+		}
+	}
+	if c.DataType == TypeEnum {
+		if len(c.EnumValues) == 0 {
+			key := "enum_values"
+			if !at.Has(key) {
+				key = "data_type"
+			}
+			v.errorf(at.Of(key), path+".enum_values", "an enum capability needs enum_values")
+		}
+		seen := map[string]bool{}
+		for j, e := range c.EnumValues {
+			if e == "" || seen[e] {
+				v.errorf(at.Of("enum_values"), fmt.Sprintf("%s.enum_values[%d]", path, j), "enum values must be non-empty and unique, got %q", e)
+			}
+			seen[e] = true
+		}
+	} else if typeOK && at.Has("enum_values") {
+		v.errorf(at.Of("enum_values"), path+".enum_values", "enum_values only applies to data_type enum")
+	}
+	if c.SafeValue != nil && c.Kind == KindDo && typeOK {
+		if msg := c.checkValue(c.SafeValue); msg != "" {
+			v.errorf(at.Of("safe_value"), path+".safe_value", "%s", msg)
+		}
+	}
+}
+
+// checkValue says what is wrong with x as a value of the capability ("" when nothing).
+func (c *Capability) checkValue(x any) string {
+	switch c.DataType {
+	case TypeBool:
+		if _, ok := x.(bool); !ok {
+			return fmt.Sprintf("must be true or false, got %v", x)
+		}
+	case TypeString:
+		if _, ok := x.(string); !ok {
+			return fmt.Sprintf("must be a string, got %v", x)
+		}
+	case TypeEnum:
+		s, ok := x.(string)
+		if len(c.EnumValues) > 0 && (!ok || !slices.Contains(c.EnumValues, s)) {
+			return fmt.Sprintf("must be one of enum_values (%s), got %v", strings.Join(c.EnumValues, ", "), x)
+		}
+	case TypeFloat, TypeInt:
+		f, ok := number(x)
+		if !ok {
+			return fmt.Sprintf("must be a number, got %v", x)
+		}
+		if c.DataType == TypeInt && f != math.Trunc(f) {
+			return fmt.Sprintf("must be a whole number, got %v", x)
+		}
+		if r := c.Range; r != nil && ((r.Min != nil && f < *r.Min) || (r.Max != nil && f > *r.Max)) {
+			return fmt.Sprintf("%v is outside the range %s", x, r)
+		}
+	}
+	return ""
+}
+
+func number(x any) (float64, bool) {
+	switch n := x.(type) {
+	case int:
+		return float64(n), true
+	case int64:
+		return float64(n), true
+	case uint64:
+		return float64(n), true
+	case float64:
+		return n, true
+	}
+	return 0, false
+}
+
+// String renders a range as min..max, with an open end where a bound is missing.
+func (r *Range) String() string {
+	if r == nil {
+		return ""
+	}
+	bound := func(b *float64) string {
+		if b == nil {
+			return ""
+		}
+		return strconv.FormatFloat(*b, 'g', -1, 64)
+	}
+	return bound(r.Min) + ".." + bound(r.Max)
+}
+
+func (v *validator) binding(path string, c *Capability) {
+	b := &c.Binding
+	bp := path + ".binding"
+	if b.Bus == "" {
+		return // missing: already reported
+	}
+	bus := v.m.Buses[b.Bus]
+	if bus == nil {
+		known := sortedKeys(v.m.Buses)
+		if len(known) == 0 {
+			v.errorf(b.At.Of("bus"), bp+".bus", "no bus named %q: the manifest declares no buses (add a buses section)", b.Bus)
+		} else {
+			v.errorf(b.At.Of("bus"), bp+".bus", "no bus named %q%s", b.Bus, strictyaml.SuggestAmong(b.Bus, known, "buses"))
+		}
+		return
+	}
+	v.usedBus[b.Bus] = true
+	if kindOf(bus.Type) == "" {
+		return // the bus's type is wrong: already reported
+	}
+	b.resolve(v.d, bp, bus, c)
+	if g := b.GPIO; g != nil && g.SafeLevel != nil {
+		if safe, ok := c.SafeValue.(bool); ok && (safe != g.ActiveLow) != *g.SafeLevel {
+			v.errorf(c.At.Of("safe_value"), path+".safe_value", "safe_value %v disagrees with the binding's safe_level %s (active_low %v)", safe, level(*g.SafeLevel), g.ActiveLow)
+		}
+	}
+}
+
+func level(high bool) string {
+	if high {
+		return "high"
+	}
+	return "low"
+}
+
+func (v *validator) simulation(path string, c *Capability, doNames map[string]*Capability) {
+	s := c.Simulation
+	if s == nil {
+		return
+	}
+	sp := path + ".simulation"
+	if bus := v.m.Buses[c.Binding.Bus]; bus != nil && !bus.Simulated {
+		v.errorf(c.At.Of("simulation"), sp, "bus %q is not simulated (simulated: true), so this simulation would be ignored", bus.Name)
+	}
+	numeric := c.IsNumeric()
+	if s.Initial != nil {
+		if msg := c.checkValue(s.Initial); msg != "" {
+			v.errorf(s.At.Of("initial"), sp+".initial", "%s", msg)
+		}
+	}
+	if s.Noise < 0 {
+		v.errorf(s.At.Of("noise"), sp+".noise", "must not be negative, got %g", s.Noise)
+	}
+	v.rate01(s.At, sp, "implausible_rate", s.Implausible)
+	if s.Implausible > 0 && (c.Range == nil || (c.Range.Min == nil && c.Range.Max == nil)) {
+		v.errorf(s.At.Of("implausible_rate"), sp+".implausible_rate", "implausible values lie outside the range, so the capability needs one")
+	}
+	for _, key := range []string{"noise", "waveform", "implausible_rate"} {
+		if !s.At.Has(key) {
+			continue
+		}
+		if c.DataType != "" && !numeric {
+			v.errorf(s.At.Of(key), sp+"."+key, "only applies to float and int capabilities")
+		} else if c.Kind == KindDo {
+			v.errorf(s.At.Of(key), sp+"."+key, "only applies to read capabilities; a do point holds what was written")
+		}
+	}
+	if w := s.Wave; w != nil {
+		switch w.Shape {
+		case "sine", "triangle", "square", "sawtooth", "":
+		default:
+			v.errorf(w.At.Of("shape"), sp+".waveform.shape", "must be sine, triangle, square or sawtooth, got %q", w.Shape)
+		}
+		if w.Amplitude < 0 {
+			v.errorf(w.At.Of("amplitude"), sp+".waveform.amplitude", "must not be negative, got %g", w.Amplitude)
+		}
+		if w.At.Has("period_s") && w.PeriodS <= 0 {
+			v.errorf(w.At.Of("period_s"), sp+".waveform.period_s", "must be positive, got %g", w.PeriodS)
+		}
+	}
+	if s.Follows != "" {
+		switch {
+		case c.Kind == KindDo:
+			v.errorf(s.At.Of("follows"), sp+".follows", "only a read capability can follow a do capability")
+		case doNames[s.Follows] == nil:
+			v.errorf(s.At.Of("follows"), sp+".follows", "no do capability named %q%s", s.Follows, strictyaml.SuggestAmong(s.Follows, sortedKeys(doNames), "do capabilities"))
+		}
+	}
+}
+
+// density warns where the proMCP linter would: too many tools on one endpoint.
+// Capabilities with the same group share an endpoint, and each endpoint has a can_do.
+func (v *validator) density() {
+	type endpoint struct {
+		tools, do int
+		first     *Capability
+	}
+	eps := map[string]*endpoint{}
+	var order []string
+	for _, c := range v.m.Capabilities {
+		e := eps[c.Group]
+		if e == nil {
+			e = &endpoint{first: c}
+			eps[c.Group] = e
+			order = append(order, c.Group)
+		}
+		e.tools++
+		if c.Kind == KindDo {
+			e.do++
+		}
+	}
+	for _, g := range order {
+		e := eps[g]
+		name := "the device's endpoint"
+		if g != "" {
+			name = fmt.Sprintf("group %q", g)
+		}
+		if e.tools+1 > maxToolsPerEndpoint {
+			v.warnf(v.m.At.Of("capabilities"), "capabilities", "%s has %d tools with can_do (more than %d); split capabilities into groups", name, e.tools+1, maxToolsPerEndpoint)
+		}
+		if e.do > maxDoPerEndpoint {
+			v.warnf(v.m.At.Of("capabilities"), "capabilities", "%s has %d do_ tools (more than %d); split capabilities into groups", name, e.do, maxDoPerEndpoint)
+		}
+	}
+	if v.m.Profile == "lite" {
+		for _, c := range v.m.Capabilities {
+			if c.Kind == KindDo {
+				v.warnf(c.At.Of("kind"), "profile", "the lite profile serves no do_ tools; %s will not be exposed", c.ToolName())
+			}
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,237 @@
+// Package mcpserver is the MCP edge of physmcpd: it turns the engine's tools
+// into mcp-go tools (one per capability plus can_do) with generated schemas
+// and explicit annotations, maps calls to the engine and its proMCP bodies to
+// tool results, and serves them over stdio or streamable HTTP. It holds no
+// device logic: every check and every decision is the engine's.
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/physmcp/physmcpd/engine"
+	"github.com/physmcp/physmcpd/manifest"
+	"github.com/physmcp/physmcpd/promcp"
+)
+
+// Options configure the adapter.
+type Options struct {
+	// Name and Version are reported in serverInfo; defaults "physmcpd" and "dev".
+	Name    string
+	Version string
+	// Caller says who is calling (stdio: the policy's local role; HTTP: the
+	// authenticated token). Nil means an anonymous caller with role none.
+	Caller func(ctx context.Context) engine.Caller
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Now is the clock for bodies the adapter writes itself; defaults to time.Now.
+	Now func() time.Time
+}
+
+// New builds the MCP server for e. Input is not validated by mcp-go: its
+// schema check would answer an out-of-range or mistyped value with a bare
+// error text, while the engine answers it with a proMCP body (status failed,
+// permission out_of_range) that says what to do next. Output schema
+// validation is off too: a body that drifted from its schema must not turn a
+// write that happened into an error the caller might act on.
+func New(e *engine.Engine, opts Options) (*server.MCPServer, error) {
+	if opts.Name == "" {
+		opts.Name = "physmcpd"
+	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	if opts.Caller == nil {
+		opts.Caller = func(context.Context) engine.Caller {
+			return engine.Caller{Identity: "anonymous", Role: manifest.RoleNone}
+		}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	tools, err := Tools(e)
+	if err != nil {
+		return nil, err
+	}
+	m := e.Manifest()
+	s := server.NewMCPServer(opts.Name, opts.Version,
+		server.WithToolCapabilities(false),
+		server.WithRecovery(),
+		server.WithInstructions(Instructions(m)),
+		server.WithExperimental(map[string]any{
+			"promcp": map[string]any{"promcp_base": promcp.BaseVersion, "device_id": m.Device.ID, "physmcp_version": m.PhysMCPVersion},
+		}),
+	)
+	a := &adapter{e: e, opts: opts, m: m, caps: map[string]*manifest.Capability{}}
+	handlers := map[engine.ToolKind]server.ToolHandlerFunc{engine.ToolRead: a.read, engine.ToolDo: a.do, engine.ToolCanDo: a.canDo}
+	// Tools lists the engine's tools in the engine's order.
+	for i, t := range e.Tools() {
+		a.caps[t.Name] = t.Capability
+		s.AddTool(tools[i], a.logged(handlers[t.Kind]))
+	}
+	return s, nil
+}
+
+type adapter struct {
+	e    *engine.Engine
+	opts Options
+	m    *manifest.Manifest
+	caps map[string]*manifest.Capability // by tool name
+}
+
+// logged records every call at debug level (the engine logs refusals and
+// writes itself) and calls that fail outright at warn.
+func (a *adapter) logged(h server.ToolHandlerFunc) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		start := time.Now()
+		res, err := h(ctx, req)
+		if err != nil {
+			a.opts.Logger.Warn("tool call failed", "tool", req.Params.Name, "err", err)
+		} else {
+			a.opts.Logger.Debug("tool call", "tool", req.Params.Name, "is_error", res.IsError, "elapsed", time.Since(start))
+		}
+		return res, err
+	}
+}
+
+func (a *adapter) read(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	name := req.Params.Name
+	if args, problem := arguments(req); problem != "" || len(args) > 0 {
+		if problem == "" {
+			problem = fmt.Sprintf("%s takes no arguments (got %s)", name, strings.Join(sortedKeys(args), ", "))
+		}
+		c := a.caps[name]
+		var unit *string
+		if c.Unit != "" {
+			unit = &c.Unit
+		}
+		return result(promcp.ReadResponse{Value: nil, Unit: unit, Timestamp: promcp.Time(a.opts.Now()),
+			Quality: promcp.QualityError, DeviceID: a.m.Device.ID, Detail: problem}, true)
+	}
+	resp, err := a.e.Read(ctx, a.opts.Caller(ctx), name)
+	if err != nil {
+		return nil, err
+	}
+	return result(resp, resp.Quality == promcp.QualityError)
+}
+
+func (a *adapter) do(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	name := req.Params.Name
+	args, problem := arguments(req)
+	var dr promcp.DoRequest
+	if problem == "" {
+		dr.Value = args["value"]
+		if k, ok := args["idempotency_key"]; ok {
+			if key, isString := k.(string); isString {
+				dr.IdempotencyKey = key
+			} else {
+				problem = "idempotency_key must be a string"
+			}
+		}
+		var unknown []string
+		for _, k := range sortedKeys(args) {
+			if k != "value" && k != "idempotency_key" {
+				unknown = append(unknown, k)
+			}
+		}
+		if len(unknown) > 0 && problem == "" {
+			problem = fmt.Sprintf("unknown argument %s: %s takes value and idempotency_key", strings.Join(unknown, ", "), name)
+		}
+	}
+	if problem != "" {
+		return result(a.refusal(name, dr.IdempotencyKey, problem), true)
+	}
+	// A write that has started must finish (within the capability's timeout)
+	// and be recorded, even when the client cancels or the transport closes:
+	// mcp-go cancels every in-flight request when stdin ends, and a bus
+	// transaction cut short leaves the device's state unknown.
+	resp, err := a.e.Do(context.WithoutCancel(ctx), a.opts.Caller(ctx), name, dr)
+	if err != nil {
+		return nil, err
+	}
+	return result(resp, resp.Status == promcp.StatusFailed)
+}
+
+// refusal is the failed do_* body for arguments the engine never sees:
+// nothing was written and no key was recorded.
+func (a *adapter) refusal(tool, key, reason string) promcp.DoResponse {
+	if key == "" {
+		key = promcp.NewQueryID()
+	}
+	side := []string{}
+	if c := a.caps[tool]; c != nil && len(c.SideEffects) > 0 {
+		side = append(side, c.SideEffects...)
+	}
+	return promcp.DoResponse{
+		Status: promcp.StatusFailed, IdempotencyKey: key, SideEffects: side,
+		Timestamp: promcp.Time(a.opts.Now()), Reason: reason + "; nothing was written", DeviceID: a.m.Device.ID,
+	}
+}
+
+func (a *adapter) canDo(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	args, problem := arguments(req)
+	var cr promcp.CanDoRequest
+	if problem == "" {
+		var err error
+		if cr, err = promcp.ParseCanDo(args); err != nil {
+			problem = err.Error()
+		}
+	}
+	if problem != "" {
+		// Unroutable, not an error: the report itself explains what to fix.
+		return result(promcp.MalformedRequestReport(problem, a.m.Device.ID, a.opts.Now()), false)
+	}
+	rep, err := a.e.CanDo(ctx, a.opts.Caller(ctx), cr)
+	if err != nil {
+		return nil, err
+	}
+	return result(rep, false)
+}
+
+// arguments returns the call's arguments as an object; a missing one is
+// empty, anything else is a problem described in words.
+func arguments(req mcp.CallToolRequest) (map[string]any, string) {
+	switch args := req.Params.Arguments.(type) {
+	case nil:
+		return map[string]any{}, ""
+	case map[string]any:
+		return args, ""
+	default:
+		return nil, "arguments must be a JSON object"
+	}
+}
+
+// result carries one proMCP body as structuredContent and, for clients that
+// only read text, as the same JSON in a text block.
+func result(body any, isError bool) (*mcp.CallToolResult, error) {
+	text, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("encode result: %w", err)
+	}
+	return &mcp.CallToolResult{
+		Content:              []mcp.Content{mcp.NewTextContent(string(text))},
+		StructuredContent:    body,
+		RawStructuredContent: text,
+		IsError:              isError,
+	}, nil
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

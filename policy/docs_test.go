@@ -1,0 +1,68 @@
+package policy
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/physmcp/physmcpd/internal/docsync"
+	"github.com/physmcp/physmcpd/internal/strictyaml"
+)
+
+// TestSchemaAndDocsCoverDecoder fails when a key is added to (or removed
+// from) the policy decoder without the JSON Schema and docs/policy.md following.
+func TestSchemaAndDocsCoverDecoder(t *testing.T) {
+	docs := map[string][]string{"Rule": {"type"}}
+	for _, v := range []any{Policy{}, Defaults{}, ToolPolicy{}, TimeWindow{}, Identity{}, Provider{}, StaticToken{}, Emergency{}} {
+		t := reflect.TypeOf(v)
+		docs[t.Name()] = strictyaml.Known(t)
+	}
+	schema := map[string][]string{"": docs["Policy"]}
+	for name, k := range docs {
+		if name != "Policy" && name != "Rule" {
+			schema[name] = k
+		}
+	}
+	for _, rt := range ruleTypes {
+		docs[rt.keys.Name()] = strictyaml.Known(rt.keys)
+		schema[rt.keys.Name()] = append([]string{"type"}, docs[rt.keys.Name()]...)
+	}
+	for _, m := range []map[string][]string{docs, schema} {
+		for name, k := range m {
+			k = slices.Clone(k)
+			slices.Sort(k)
+			m[name] = k
+		}
+	}
+	gotSchema, err := docsync.SchemaKeys("../schema/physmcp.policy.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range schema {
+		if got := gotSchema[name]; !slices.Equal(got, want) {
+			t.Errorf("schema definition %q has keys %v, the decoder knows %v", name, got, want)
+		}
+	}
+	for name := range gotSchema {
+		if _, ok := schema[name]; !ok {
+			t.Errorf("schema definition %q matches nothing the decoder reads", name)
+		}
+	}
+	gotDocs, text, err := docsync.DocKeys("../docs/policy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range docs {
+		if got, ok := gotDocs[name]; !ok {
+			t.Errorf("docs/policy.md has no section \"### %s\"", name)
+		} else if !slices.Equal(got, want) {
+			t.Errorf("docs/policy.md section %s documents %v, the decoder knows %v", name, got, want)
+		}
+	}
+	for _, rt := range ruleTypes {
+		if !strings.Contains(text, "`type: "+string(rt.name)+"`") {
+			t.Errorf("docs/policy.md does not document rule type %s", rt.name)
+		}
+	}
+}

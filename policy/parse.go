@@ -1,0 +1,408 @@
+package policy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+
+	"github.com/physmcp/physmcpd/internal/strictyaml"
+	"github.com/physmcp/physmcpd/manifest"
+)
+
+// Version is the policy version this physmcpd reads.
+const Version = "0.1"
+
+// Default timeout of a human_approval rule.
+const DefaultApprovalTimeoutS = 120
+
+var (
+	windowName = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
+	sha256Hex  = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
+
+// Parse decodes a policy and checks it against the manifest it governs.
+// Every finding is returned at once, sorted; the policy is nil when any is an
+// error. On success Capabilities is keyed by tool name and every time window
+// is compiled.
+func Parse(file string, data []byte, m *manifest.Manifest) (*Policy, strictyaml.Diags) {
+	root, diags := strictyaml.Parse(file, data)
+	if root == nil {
+		return nil, diags
+	}
+	p := &Policy{File: file}
+	d := strictyaml.NewDecoder(file, &diags)
+	d.Decode(root, p, "")
+	(&validator{d: d, p: p, m: m}).run()
+	diags.Sort()
+	if diags.HasErrors() {
+		return nil, diags
+	}
+	return p, diags
+}
+
+// Load reads and parses the policy at path.
+func Load(path string, m *manifest.Manifest) (*Policy, strictyaml.Diags) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		var diags strictyaml.Diags
+		diags.Errorf(strictyaml.Pos{File: path}, "cannot read the policy: %v", err)
+		return nil, diags
+	}
+	return Parse(path, data, m)
+}
+
+// HashToken is how a static bearer token is stored: its SHA-256, in lowercase hex.
+func HashToken(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// Rules returns the rules for a tool (by tool name), or nil.
+func (p *Policy) Rules(tool string) []*Rule {
+	if p == nil {
+		return nil
+	}
+	if tp := p.Capabilities[tool]; tp != nil {
+		return tp.Rules
+	}
+	return nil
+}
+
+// DefaultRole is the role every tool requires unless it says otherwise (none by default).
+func (p *Policy) DefaultRole() manifest.Role {
+	if p == nil || p.Defaults == nil || p.Defaults.RequirePermission == "" {
+		return manifest.RoleNone
+	}
+	return p.Defaults.RequirePermission
+}
+
+// LocalRole is the role of stdio and serial callers (none by default).
+func (p *Policy) LocalRole() manifest.Role {
+	if p == nil || p.Identity == nil || p.Identity.LocalRole == "" {
+		return manifest.RoleNone
+	}
+	return p.Identity.LocalRole
+}
+
+type validator struct {
+	d *strictyaml.Decoder
+	p *Policy
+	m *manifest.Manifest
+	// usedWindows records which time windows some rule names.
+	usedWindows map[string]bool
+}
+
+func (v *validator) errorf(pos strictyaml.Pos, path, format string, args ...any) {
+	v.d.ErrorAt(pos, path, format, args...)
+}
+
+func (v *validator) warnf(pos strictyaml.Pos, path, format string, args ...any) {
+	v.d.WarnAt(pos, path, format, args...)
+}
+
+func (v *validator) role(at Positions, path, key string, r manifest.Role) {
+	if r != "" && !manifest.ValidRole(r) {
+		v.errorf(at.Of(key), path, "unknown role %q; expected one of %s", r, manifest.RoleNames())
+	}
+}
+
+func (v *validator) run() {
+	p := v.p
+	if p.Version != "" && p.Version != Version {
+		v.errorf(p.At.Of("physmcp_policy_version"), "physmcp_policy_version", "unsupported version %q; this physmcpd reads %q", p.Version, Version)
+	}
+	if df := p.Defaults; df != nil {
+		v.role(df.At, "defaults.require_permission", "require_permission", df.RequirePermission)
+	}
+	for _, name := range sortedKeys(p.TimeWindows) {
+		w := p.TimeWindows[name]
+		w.Name = name
+		path := "time_windows." + name
+		if !windowName.MatchString(name) {
+			v.errorf(w.At.Key, path, "window name %q must be lowercase letters, digits, _ and - and start with a letter", name)
+		}
+		w.compile(v.d, path)
+	}
+	v.usedWindows = map[string]bool{}
+	v.capabilities()
+	for _, name := range sortedKeys(p.TimeWindows) {
+		if !v.usedWindows[name] {
+			v.warnf(p.TimeWindows[name].At.Key, "time_windows."+name, "no rule uses this time window")
+		}
+	}
+	if id := p.Identity; id != nil {
+		v.identity(id)
+	}
+	if e := p.Emergency; e != nil {
+		v.role(e.At, "emergency.override_permission", "override_permission", e.OverridePermission)
+		if !e.At.Has("override_permission") {
+			v.errorf(e.At.Self, "emergency", "missing required key \"override_permission\" (the role an override grants)")
+		}
+		if !e.At.Has("override_token_ttl_seconds") {
+			v.errorf(e.At.Self, "emergency", "missing required key \"override_token_ttl_seconds\" (how long an override lasts)")
+		} else if e.OverrideTokenTTLSeconds < 1 {
+			v.errorf(e.At.Of("override_token_ttl_seconds"), "emergency.override_token_ttl_seconds", "must be at least 1, got %d", e.OverrideTokenTTLSeconds)
+		}
+	}
+}
+
+// capabilities resolves each key to a tool, re-keys the map by tool name and checks the rules.
+func (v *validator) capabilities() {
+	p := v.p
+	if len(p.Capabilities) == 0 {
+		return
+	}
+	var tools []string
+	if v.m != nil {
+		for _, c := range v.m.Capabilities {
+			tools = append(tools, c.ToolName())
+		}
+	}
+	byTool := map[string]*ToolPolicy{}
+	keyOf := map[string]string{}
+	keys := sortedKeys(p.Capabilities)
+	slices.SortStableFunc(keys, func(a, b string) int { // in source order, so "first" means first in the file
+		return p.Capabilities[a].At.Key.Line - p.Capabilities[b].At.Key.Line
+	})
+	for _, key := range keys {
+		tp := p.Capabilities[key]
+		path := "capabilities." + key
+		tool, c := v.resolveTool(key, tp, tools)
+		if c == nil {
+			continue
+		}
+		if first, dup := keyOf[tool]; dup {
+			v.errorf(tp.At.Key, path, "%s already has rules under %q; put them in one place", tool, first)
+			continue
+		}
+		keyOf[tool] = key
+		tp.Tool = tool
+		byTool[tool] = tp
+		v.rules(path, tp, c)
+	}
+	p.Capabilities = byTool
+}
+
+func (v *validator) resolveTool(key string, tp *ToolPolicy, tools []string) (string, *manifest.Capability) {
+	path := "capabilities." + key
+	if v.m == nil {
+		v.errorf(tp.At.Self, path, "cannot check rules without a valid manifest")
+		return "", nil
+	}
+	if c := v.m.Tool(key); c != nil {
+		return key, c
+	}
+	var matches []*manifest.Capability
+	for _, c := range v.m.Capabilities {
+		if c.Name == key {
+			matches = append(matches, c)
+		}
+	}
+	switch len(matches) {
+	case 1:
+		return matches[0].ToolName(), matches[0]
+	case 0:
+		v.errorf(tp.At.Key, path, "the manifest has no tool or capability %q%s", key, strictyaml.SuggestAmong(key, tools, "tools"))
+	default:
+		v.errorf(tp.At.Key, path, "%q names both read_%s and do_%s; write the tool name", key, key, key)
+	}
+	return "", nil
+}
+
+// onlyOnce are the rule types a tool may have at most one of: two would contradict each other.
+var onlyOnce = []RuleType{RuleRangeGuard, RuleQuorum, RuleHumanApproval}
+
+func (v *validator) rules(path string, tp *ToolPolicy, c *manifest.Capability) {
+	if tp.At.Has("rules") && len(tp.Rules) == 0 {
+		v.warnf(tp.At.Of("rules"), path+".rules", "no rules; remove the entry or add a rule")
+	}
+	seen := map[RuleType]bool{}
+	for i, r := range tp.Rules {
+		rp := fmt.Sprintf("%s.rules[%d]", path, i)
+		if r.Type == "" || (r.TimeWindow == nil && r.Permission == nil && r.Rate == nil && r.Quorum == nil && r.RangeGuard == nil && r.Approval == nil) {
+			continue // decoding failed: already reported
+		}
+		if seen[r.Type] && slices.Contains(onlyOnce, r.Type) {
+			v.errorf(r.At.Of("type"), rp+".type", "%s already has a %s rule; give one", c.ToolName(), r.Type)
+		}
+		seen[r.Type] = true
+		doOnly := r.Type == RuleRate || r.Type == RuleQuorum || r.Type == RuleRangeGuard
+		if doOnly && c.Kind != manifest.KindDo {
+			v.errorf(r.At.Of("type"), rp+".type", "a %s rule only applies to do_ tools, and %s is a read", r.Type, c.ToolName())
+			continue
+		}
+		switch {
+		case r.TimeWindow != nil:
+			v.timeWindowRule(rp, r.TimeWindow)
+		case r.Permission != nil:
+			v.permissionRule(rp, r.Permission, c)
+		case r.Quorum != nil:
+			q := r.Quorum
+			if q.MinPeers < 1 && q.At.Has("min_peers") {
+				v.errorf(q.At.Of("min_peers"), rp+".min_peers", "must be at least 1 (this node counts), got %d", q.MinPeers)
+			}
+			switch q.OnFailure {
+			case "":
+				q.OnFailure = "deny"
+			case "deny", "allow_local":
+			default:
+				v.errorf(q.At.Of("on_failure"), rp+".on_failure", "must be deny or allow_local, got %q", q.OnFailure)
+			}
+		case r.RangeGuard != nil:
+			v.rangeGuard(rp, r.RangeGuard, c)
+		case r.Approval != nil:
+			a := r.Approval
+			if !a.At.Has("timeout_s") {
+				a.TimeoutS = DefaultApprovalTimeoutS
+			} else if a.TimeoutS < 1 {
+				v.errorf(a.At.Of("timeout_s"), rp+".timeout_s", "must be at least 1 second, got %d", a.TimeoutS)
+			}
+		}
+	}
+}
+
+func (v *validator) timeWindowRule(path string, r *TimeWindowRule) {
+	if len(r.AllowDuring) == 0 && len(r.DenyDuring) == 0 {
+		v.errorf(r.At.Self, path, "a time_window rule needs allow_during, deny_during or both")
+	}
+	names := sortedKeys(v.p.TimeWindows)
+	check := func(key string, list []string) {
+		for i, name := range list {
+			v.usedWindows[name] = true
+			if v.p.TimeWindows[name] == nil {
+				hint := strictyaml.SuggestAmong(name, names, "windows")
+				if len(names) == 0 {
+					hint = " (the policy defines no time_windows)"
+				}
+				v.errorf(r.At.Of(key), fmt.Sprintf("%s.%s[%d]", path, key, i), "no time window named %q%s", name, hint)
+			}
+		}
+	}
+	check("allow_during", r.AllowDuring)
+	check("deny_during", r.DenyDuring)
+	for i, name := range r.DenyDuring {
+		if slices.Contains(r.AllowDuring, name) {
+			v.errorf(r.At.Of("deny_during"), fmt.Sprintf("%s.deny_during[%d]", path, i), "%q is in both allow_during and deny_during", name)
+		}
+	}
+}
+
+func (v *validator) permissionRule(path string, r *PermissionRule, c *manifest.Capability) {
+	if r.At.Has("require") && len(r.Require) == 0 {
+		v.errorf(r.At.Of("require"), path+".require", "needs at least one role")
+	}
+	min := c.RequiresPermission
+	for i, role := range r.Require {
+		rp := fmt.Sprintf("%s.require[%d]", path, i)
+		if !manifest.ValidRole(role) {
+			v.errorf(r.At.Of("require"), rp, "unknown role %q; expected one of %s", role, manifest.RoleNames())
+		} else if min != "" && !role.AtLeast(min) {
+			v.warnf(r.At.Of("require"), rp, "role %s is below the manifest's requires_permission %s for %s, which still applies", role, min, c.ToolName())
+		}
+	}
+}
+
+func (v *validator) rangeGuard(path string, g *RangeGuard, c *manifest.Capability) {
+	if !c.IsNumeric() {
+		v.errorf(g.At.Self, path, "a range_guard only applies to numeric tools; %s is %s", c.ToolName(), c.DataType)
+		return
+	}
+	switch g.OnViolation {
+	case ViolationClamp, ViolationDeny, ViolationWarn, "":
+	default:
+		v.errorf(g.At.Of("on_violation"), path+".on_violation", "must be clamp, deny or warn, got %q", g.OnViolation)
+	}
+	if g.Min == nil && g.Max == nil {
+		v.errorf(g.At.Self, path, "a range_guard needs min, max or both")
+		return
+	}
+	if g.Min != nil && g.Max != nil && *g.Min > *g.Max {
+		v.errorf(g.At.Of("min"), path+".min", "min %g is greater than max %g", *g.Min, *g.Max)
+	}
+	r := c.Range
+	if r == nil || r.Min == nil || r.Max == nil {
+		return // the manifest already reports a numeric do without a full range
+	}
+	if g.Min != nil && (*g.Min < *r.Min || *g.Min > *r.Max) {
+		v.errorf(g.At.Of("min"), path+".min", "min %g is wider than the manifest range %s of %s (a guard can only narrow it)", *g.Min, r, c.ToolName())
+	}
+	if g.Max != nil && (*g.Max > *r.Max || *g.Max < *r.Min) {
+		v.errorf(g.At.Of("max"), path+".max", "max %g is wider than the manifest range %s of %s (a guard can only narrow it)", *g.Max, r, c.ToolName())
+	}
+}
+
+var providerKeys = map[string][]string{
+	"static": {"tokens"},
+	"jwt":    {"issuer", "audience", "key_file", "role_claim"},
+	"mtls":   {"ca_cert_path"},
+}
+
+func (v *validator) identity(id *Identity) {
+	v.role(id.At, "identity.local_role", "local_role", id.LocalRole)
+	names := map[string]bool{}
+	hashes := map[string]bool{}
+	for i, pr := range id.Providers {
+		path := fmt.Sprintf("identity.providers[%d]", i)
+		if _, ok := providerKeys[pr.Type]; !ok {
+			if pr.Type != "" {
+				v.errorf(pr.At.Of("type"), path+".type", "must be static, jwt or mtls, got %q", pr.Type)
+			}
+			continue
+		}
+		for _, typ := range sortedKeys(providerKeys) {
+			for _, key := range providerKeys[typ] {
+				if typ != pr.Type && pr.At.Has(key) {
+					v.errorf(pr.At.Of(key), path+"."+key, "%s belongs to a %s provider, not %s", key, typ, pr.Type)
+				}
+			}
+		}
+		switch pr.Type {
+		case "static":
+			if len(pr.Tokens) == 0 {
+				v.errorf(pr.At.Of("tokens"), path+".tokens", "a static provider needs tokens")
+			}
+			for j, tok := range pr.Tokens {
+				tp := fmt.Sprintf("%s.tokens[%d]", path, j)
+				if names[tok.Name] {
+					v.errorf(tok.At.Of("name"), tp+".name", "token name %q is used twice", tok.Name)
+				}
+				names[tok.Name] = true
+				switch {
+				case !sha256Hex.MatchString(tok.SHA256):
+					v.errorf(tok.At.Of("sha256"), tp+".sha256", "must be the token's SHA-256 as 64 lowercase hex digits (sha256sum), not the token itself")
+				case hashes[tok.SHA256]:
+					v.errorf(tok.At.Of("sha256"), tp+".sha256", "the same token hash is listed twice")
+				}
+				hashes[tok.SHA256] = true
+				v.role(tok.At, tp+".role", "role", tok.Role)
+			}
+		case "jwt":
+			for _, key := range []string{"issuer", "audience"} {
+				if !pr.At.Has(key) {
+					v.errorf(pr.At.Self, path, "a jwt provider needs %s", key)
+				}
+			}
+			if pr.RoleClaim == "" {
+				pr.RoleClaim = "role"
+			}
+			v.warnf(pr.At.Of("type"), path, "jwt providers are parsed but not yet used to authenticate; their callers get no role")
+		case "mtls":
+			if pr.CACertPath == "" {
+				v.errorf(pr.At.Of("ca_cert_path"), path, "an mtls provider needs ca_cert_path")
+			}
+			v.warnf(pr.At.Of("type"), path, "mtls providers are parsed but not yet used to authenticate; their callers get no role")
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,293 @@
+package promcp
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/physmcp/physmcpd/manifest"
+)
+
+// Schema is a JSON Schema (the draft 2020-12 subset internal/jsonschema
+// checks) as a JSON object. Every schema here is generated per tool from the
+// manifest, so clients see the units, bounds and enum values of the device.
+type Schema = map[string]any
+
+var (
+	qualities         = []any{string(QualityGood), string(QualityStale), string(QualityDegraded), string(QualityError)}
+	statuses          = []any{string(StatusSuccess), string(StatusPartial), string(StatusFailed)}
+	unroutableReasons = []any{NoProducer, RequirementsUnmet, MalformedRequest}
+)
+
+// ReadOutputSchema is the response of read_<c.Name>. The value is not bounded
+// by the range: a read may report an implausible (degraded) value, and an
+// error read has value null.
+func ReadOutputSchema(c *manifest.Capability) Schema {
+	value := valueSchema(c, false)
+	value["type"] = nullable(value["type"])
+	if enum, ok := value["enum"].([]any); ok {
+		value["enum"] = append(enum, nil)
+	}
+	value["description"] = "The measured value" + unitPhrase(c) + rangePhrase(c, "; normal range ", " (outside it quality is degraded)") +
+		". null when quality is error."
+	return object(Schema{
+		"value":     value,
+		"unit":      unitSchema(c),
+		"timestamp": timestampSchema("When the value was measured (not when it was served), RFC 3339 UTC."),
+		"quality": Schema{"type": "string", "enum": qualities,
+			"description": "good: fresh and reliable; stale: older than its cache TTL, nothing fresher available; degraded: the source answers but the value is implausible; error: no usable value."},
+		"device_id": Schema{"type": "string", "description": "The device that measured the value (PhysMCP extension)."},
+		"detail":    Schema{"type": "string", "description": "Why quality is not good (PhysMCP extension)."},
+	}, "value", "unit", "timestamp", "quality")
+}
+
+// DoInputSchema is the input of do_<c.Name>. The value is bounded by the
+// manifest range, the hard limit that is never written past; a policy may
+// narrow it further, which only the call (or can_do) reveals.
+func DoInputSchema(c *manifest.Capability) Schema {
+	value := valueSchema(c, true)
+	value["description"] = "The value to set" + unitPhrase(c) + rangePhrase(c, "; hard limits ", "") + "."
+	s := object(Schema{
+		"value": value,
+		"idempotency_key": Schema{"type": "string", "minLength": 1, "maxLength": 128,
+			"description": "Identifies this operation. Reuse the same key to retry safely: a repeated key returns the first outcome without acting again. Generated (and returned) if absent."},
+	}, "value")
+	s["additionalProperties"] = false
+	return s
+}
+
+// DoOutputSchema is the response of do_<c.Name>, for success and failure alike.
+func DoOutputSchema(c *manifest.Capability) Schema {
+	typed := func(what, whenNull string) Schema {
+		v := valueSchema(c, false)
+		v["type"] = nullable(v["type"])
+		if enum, ok := v["enum"].([]any); ok {
+			v["enum"] = append(enum, nil)
+		}
+		v["description"] = what + unitPhrase(c) + "; null " + whenNull + "."
+		return v
+	}
+	return object(Schema{
+		"status": Schema{"type": "string", "enum": statuses,
+			"description": "success: applied as asked; partial: applied with a change (see applied_value and warnings); failed: nothing was written (see permission and reason)."},
+		"idempotency_key": Schema{"type": "string", "description": "The key of this operation (the caller's, or the one generated); reuse it to retry."},
+		"applied_value":   typed("The value now in effect", "when nothing was applied"),
+		"previous_value":  typed("The value before this operation", "when unknown"),
+		"side_effects":    stringArray("What else changes in the world when this acts."),
+		"compensable":     Schema{"type": "boolean", "description": "Whether the action can be undone (see compensation_hint)."},
+		"compensation_hint": Schema{"type": []any{"string", "null"},
+			"description": "The call that undoes this action, e.g. do_fan_speed value=40; null when not compensable or nothing was applied."},
+		"timestamp": timestampSchema("When the operation completed, RFC 3339 UTC."),
+		"compensation": object(Schema{
+			"tool":      Schema{"type": "string"},
+			"arguments": Schema{"type": "object"},
+		}, "tool", "arguments"),
+		"permission": permissionSchema("Why the call failed or was changed (proMCP permission enum)."),
+		"reason":     Schema{"type": "string", "description": "The reason in words."},
+		"warnings":   stringArray("Things the caller should know (a clamped value, a warn range guard)."),
+		"device_id":  Schema{"type": "string", "description": "The device that acted (PhysMCP extension)."},
+	}, "status", "idempotency_key", "applied_value", "previous_value", "side_effects", "compensable", "compensation_hint", "timestamp")
+}
+
+// CanDoInputSchema is the input of can_do. PhysMCP's query and direction are
+// accepted as aliases of intent and action.
+func CanDoInputSchema() Schema {
+	intent := func(description string) Schema {
+		actions := make([]any, len(Actions))
+		for i, a := range Actions {
+			actions[i] = a
+		}
+		s := object(Schema{
+			"semantic_tags": Schema{"type": "array", "items": Schema{"type": "string", "minLength": 1}, "minItems": 1,
+				"description": "What the action is about, e.g. [heating, setpoint]; matched against each capability's semantic tags."},
+			"action":    Schema{"type": "string", "enum": actions, "description": "What to do."},
+			"direction": Schema{"type": "string", "enum": actions, "description": "PhysMCP alias of action."},
+			"target":    Schema{"type": "string", "description": "The capability or thing to act on, e.g. heater_setpoint."},
+			"value": Schema{"anyOf": []any{Schema{"type": "number"}, Schema{"type": "string"}, Schema{"type": "boolean"}},
+				"description": "The value you intend to set, checked against ranges and guards."},
+			"location": Schema{"type": "string", "description": "Where, e.g. a zone or area of the site."},
+		}, "semantic_tags")
+		s["additionalProperties"] = false
+		s["description"] = description
+		return s
+	}
+	s := object(Schema{
+		"intent": intent("What you want to do."),
+		"query":  intent("PhysMCP alias of intent."),
+		"scope":  stringArray("Limit the answer to these capabilities, tools or device ids."),
+	})
+	// Each branch names its property again (as true) so strict validators
+	// (Ajv strictRequired) accept the required inside anyOf.
+	s["anyOf"] = []any{
+		Schema{"required": []any{"intent"}, "properties": Schema{"intent": true}},
+		Schema{"required": []any{"query"}, "properties": Schema{"query": true}},
+	}
+	s["additionalProperties"] = false
+	return s
+}
+
+// CanDoOutputSchema is the CapabilityReport can_do returns.
+func CanDoOutputSchema() Schema {
+	nullableNumber := Schema{"type": []any{"number", "null"}}
+	candidate := object(Schema{
+		"capability": Schema{"type": "string", "description": "The tool to call."},
+		"source":     Schema{"type": "string", "description": "Who serves it (this device)."},
+		"confidence": Schema{"type": "number", "minimum": 0, "maximum": 1,
+			"description": "How well the capability matches the intent; below 0.7 confirm before acting."},
+		"permission": permissionSchema("allowed means the call would execute now."),
+		"current_state": object(Schema{
+			"value":     Schema{"description": "The last known value, null if none."},
+			"unit":      Schema{"type": []any{"string", "null"}},
+			"timestamp": timestampSchema("When the value was measured."),
+		}, "value", "unit", "timestamp"),
+		"constraints": object(Schema{
+			"min":         nullableNumber,
+			"max":         nullableNumber,
+			"unit":        Schema{"type": []any{"string", "null"}},
+			"enum_values": Schema{"type": []any{"array", "null"}, "items": Schema{"type": "string"}},
+			"rate_limit":  Schema{"type": "string"},
+			"cooldown_ms": Schema{"type": "integer", "minimum": 0},
+			"min_role":    Schema{"type": "string"},
+		}, "min", "max", "unit", "enum_values"),
+		"side_effects":         stringArray("What else changes when this acts."),
+		"valid_until":          timestampSchema("Do not act on this candidate after this instant; call can_do again."),
+		"estimated_latency_ms": Schema{"type": "number", "minimum": 0},
+		"device_id":            Schema{"type": "string"},
+		"match_reasons":        stringArray("Why the capability matched."),
+	}, "capability", "source", "confidence", "permission", "current_state", "constraints", "side_effects", "valid_until", "estimated_latency_ms")
+	blocked := object(Schema{
+		"capability":    Schema{"type": "string"},
+		"source":        Schema{"type": "string"},
+		"permission":    permissionSchema("Why it cannot act now."),
+		"reason":        Schema{"type": "string"},
+		"details":       Schema{"type": []any{"string", "null"}},
+		"clears_at":     timestampSchema("When the block is expected to clear."),
+		"confidence":    Schema{"type": "number", "minimum": 0, "maximum": 1},
+		"match_reasons": stringArray("Why the capability matched."),
+	}, "capability", "source", "permission", "reason", "details")
+	unroutable := object(Schema{
+		"outcome": Schema{"type": "string", "const": OutcomeUnroutable},
+		"reason":  Schema{"type": "string", "enum": unroutableReasons},
+		"detail":  Schema{"type": "string", "description": "What is wrong, in words."},
+	}, "outcome", "reason", "detail")
+	return object(Schema{
+		"query_id": Schema{"type": "string", "format": "uuid"},
+		"feasible": Schema{"type": "boolean",
+			"description": "True iff some candidate has permission allowed; false is explained by blocked or unroutable."},
+		"candidates": Schema{"type": "array", "items": candidate},
+		"blocked":    Schema{"type": "array", "items": blocked},
+		"unroutable": Schema{"type": "array", "items": unroutable,
+			"description": "Why the intent could not be routed at all; non-empty means feasible is false."},
+		"context": object(Schema{
+			"related_reads":        stringArray("read_* tools to call (in parallel) before acting."),
+			"current_observations": Schema{"type": "object"},
+		}, "related_reads", "current_observations"),
+		"metadata": object(Schema{
+			"timestamp":        timestampSchema("When the report was made."),
+			"total_latency_ms": Schema{"type": "number", "minimum": 0},
+			"device_id":        Schema{"type": "string"},
+			"promcp_base":      Schema{"type": "string"},
+		}, "timestamp", "total_latency_ms"),
+	}, "query_id", "feasible", "candidates", "blocked", "unroutable", "context", "metadata")
+}
+
+// valueSchema types a capability value; bounded adds the range as minimum and maximum.
+func valueSchema(c *manifest.Capability, bounded bool) Schema {
+	var s Schema
+	switch c.DataType {
+	case manifest.TypeFloat:
+		s = Schema{"type": "number"}
+	case manifest.TypeInt:
+		s = Schema{"type": "integer"}
+	case manifest.TypeBool:
+		s = Schema{"type": "boolean"}
+	case manifest.TypeEnum:
+		enum := make([]any, len(c.EnumValues))
+		for i, v := range c.EnumValues {
+			enum[i] = v
+		}
+		s = Schema{"type": "string", "enum": enum}
+	default:
+		s = Schema{"type": "string"}
+	}
+	if bounded && c.IsNumeric() && c.Range != nil {
+		if c.Range.Min != nil {
+			s["minimum"] = *c.Range.Min
+		}
+		if c.Range.Max != nil {
+			s["maximum"] = *c.Range.Max
+		}
+	}
+	return s
+}
+
+func unitSchema(c *manifest.Capability) Schema {
+	if c.Unit == "" {
+		return Schema{"type": "null", "description": "This quantity has no unit."}
+	}
+	return Schema{"type": "string", "const": c.Unit, "description": "The unit of value."}
+}
+
+func unitPhrase(c *manifest.Capability) string {
+	if c.Unit == "" {
+		return ""
+	}
+	return " in " + c.Unit
+}
+
+// rangePhrase describes a numeric range in words, or returns "" when there is none.
+func rangePhrase(c *manifest.Capability, before, after string) string {
+	if !c.IsNumeric() || c.Range == nil || (c.Range.Min == nil && c.Range.Max == nil) {
+		return ""
+	}
+	return before + RangeText(c.Range, c.Unit) + after
+}
+
+// RangeText writes a range as "5 to 35 °C", "at least 5 °C" or "at most 35 °C".
+func RangeText(r *manifest.Range, unit string) string {
+	suffix := ""
+	if unit != "" {
+		suffix = " " + unit
+	}
+	switch {
+	case r.Min != nil && r.Max != nil:
+		return fmt.Sprintf("%s to %s%s", Number(*r.Min), Number(*r.Max), suffix)
+	case r.Min != nil:
+		return "at least " + Number(*r.Min) + suffix
+	case r.Max != nil:
+		return "at most " + Number(*r.Max) + suffix
+	}
+	return ""
+}
+
+// Number writes a float the shortest way that reads back exactly (21, 21.5).
+func Number(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+func object(props Schema, required ...string) Schema {
+	s := Schema{"type": "object", "properties": props}
+	if len(required) > 0 {
+		req := make([]any, len(required))
+		for i, r := range required {
+			req[i] = r
+		}
+		s["required"] = req
+	}
+	return s
+}
+
+func stringArray(description string) Schema {
+	return Schema{"type": "array", "items": Schema{"type": "string"}, "description": description}
+}
+
+func timestampSchema(description string) Schema {
+	return Schema{"type": "string", "format": "date-time", "description": description}
+}
+
+func permissionSchema(description string) Schema {
+	enum := make([]any, len(Permissions))
+	for i, p := range Permissions {
+		enum[i] = string(p)
+	}
+	return Schema{"type": "string", "enum": enum, "description": description}
+}
+
+func nullable(t any) any { return []any{t, "null"} }
