@@ -137,3 +137,35 @@ type Opener func(ctx context.Context, m *manifest.Manifest, b *manifest.Bus) (Bu
 
 // Openers maps each bus type to its real driver.
 type Openers map[manifest.BusType]Opener
+
+// AsFloat returns a numeric value of any Go number type as float64. Values
+// arrive as float64 from JSON, int64 from codecs and int from YAML.
+func AsFloat(v any) (float64, bool) {
+	switch n := v.(type) {
+	case float64:
+		return n, true
+	case float32:
+		return float64(n), true
+	case int:
+		return float64(n), true
+	case int8:
+		return float64(n), true
+	case int16:
+		return float64(n), true
+	case int32:
+		return float64(n), true
+	case int64:
+		return float64(n), true
+	case uint:
+		return float64(n), true
+	case uint8:
+		return float64(n), true
+	case uint16:
+		return float64(n), true
+	case uint32:
+		return float64(n), true
+	case uint64:
+		return float64(n), true
+	}
+	return 0, false
+}

@@ -94,7 +94,7 @@ func (p *point) checkWrite(v Value) error {
 	if p.c.Range == nil || !p.c.IsNumeric() {
 		return nil
 	}
-	f, ok := toFloat(v)
+	f, ok := AsFloat(v)
 	if !ok {
 		return nil // the codec names the type error
 	}
@@ -113,26 +113,6 @@ func rangeText(r *manifest.Range) string {
 		hi = fmt.Sprint(*r.Max)
 	}
 	return lo + ".." + hi
-}
-
-func toFloat(v Value) (float64, bool) {
-	switch n := v.(type) {
-	case float64:
-		return n, true
-	case float32:
-		return float64(n), true
-	case int:
-		return float64(n), true
-	case int64:
-		return float64(n), true
-	case int32:
-		return float64(n), true
-	case uint64:
-		return float64(n), true
-	case uint32:
-		return float64(n), true
-	}
-	return 0, false
 }
 
 func (p *point) sample(v any, flag string, err error) (Sample, error) {

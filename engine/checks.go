@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/physmcp/physmcpd/drivers"
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/policy"
 	"github.com/physmcp/physmcpd/promcp"
@@ -147,7 +148,7 @@ func (e *Engine) limits(pt *point) decision {
 
 // guardRange applies the policy's range guards to a numeric value.
 func (e *Engine) guardRange(pt *point, d *decision) {
-	f, ok := asFloat(d.value)
+	f, ok := drivers.AsFloat(d.value)
 	if !ok {
 		return
 	}
@@ -261,7 +262,7 @@ func validate(c *manifest.Capability, v any) (any, promcp.Permission, error) {
 	}
 	switch c.DataType {
 	case manifest.TypeFloat, manifest.TypeInt:
-		f, ok := asFloat(v)
+		f, ok := drivers.AsFloat(v)
 		if !ok {
 			return nil, "", fmt.Errorf("value must be a number, got %s", describeJSON(v))
 		}
@@ -298,26 +299,6 @@ func validate(c *manifest.Capability, v any) (any, promcp.Permission, error) {
 		return s, promcp.Allowed, nil
 	}
 	return nil, "", fmt.Errorf("capability has unsupported data_type %q", c.DataType)
-}
-
-func asFloat(v any) (float64, bool) {
-	switch x := v.(type) {
-	case float64:
-		return x, true
-	case float32:
-		return float64(x), true
-	case int:
-		return float64(x), true
-	case int64:
-		return float64(x), true
-	case int32:
-		return float64(x), true
-	case uint64:
-		return float64(x), true
-	case uint32:
-		return float64(x), true
-	}
-	return 0, false
 }
 
 // sameKind converts f to the type of like (int64 stays int64).

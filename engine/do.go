@@ -240,8 +240,8 @@ func (e *Engine) compensation(pt *point, resp *promcp.DoResponse) {
 // sameValue compares a read-back with what was written, allowing for the
 // resolution of the encoding (float32 registers, scale steps, precision).
 func sameValue(pt *point, got, want any) bool {
-	g, gok := asFloat(got)
-	w, wok := asFloat(want)
+	g, gok := drivers.AsFloat(got)
+	w, wok := drivers.AsFloat(want)
 	if !gok || !wok {
 		return got == want
 	}

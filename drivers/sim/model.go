@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/physmcp/physmcpd/drivers"
 	"github.com/physmcp/physmcpd/manifest"
 )
 
@@ -183,7 +184,7 @@ func newModel(m *manifest.Manifest, c *manifest.Capability, initial any, now tim
 		}
 	}
 	if c.IsNumeric() && s.Follows == "" {
-		f, ok := toFloat(initial)
+		f, ok := drivers.AsFloat(initial)
 		if !ok {
 			return nil, fmt.Errorf("simulation initial %v (%T) is not a number", initial, initial)
 		}
@@ -208,7 +209,7 @@ func (md *model) at(now time.Time, rng *rand.Rand, w *world) (any, error) {
 			return v, nil
 		}
 		var ok bool
-		if f, ok = toFloat(v); !ok {
+		if f, ok = drivers.AsFloat(v); !ok {
 			return nil, fmt.Errorf("follows %s, whose value %v is not a number", md.follows, v)
 		}
 	}
@@ -255,40 +256,10 @@ func implausibleValue(c *manifest.Capability, cl cell) (any, error) {
 			continue
 		}
 		got, flag, err := cl.load()
-		g, _ := toFloat(got)
+		g, _ := drivers.AsFloat(got)
 		if err == nil && (flag != "" || (r.Max != nil && g > *r.Max) || (r.Min != nil && g < *r.Min)) {
 			return got, nil
 		}
 	}
 	return nil, fmt.Errorf("simulation implausible_rate: no value outside the range fits the binding")
-}
-
-func toFloat(v any) (float64, bool) {
-	switch n := v.(type) {
-	case float64:
-		return n, true
-	case float32:
-		return float64(n), true
-	case int:
-		return float64(n), true
-	case int8:
-		return float64(n), true
-	case int16:
-		return float64(n), true
-	case int32:
-		return float64(n), true
-	case int64:
-		return float64(n), true
-	case uint:
-		return float64(n), true
-	case uint8:
-		return float64(n), true
-	case uint16:
-		return float64(n), true
-	case uint32:
-		return float64(n), true
-	case uint64:
-		return float64(n), true
-	}
-	return 0, false
 }
