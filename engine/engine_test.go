@@ -457,16 +457,32 @@ func TestReadQualityIsHonest(t *testing.T) {
 	}
 }
 
-func TestInDoubtWriteThatDidNotLandIsWrittenOnce(t *testing.T) {
+// inDoubt returns an engine whose store already holds an in-doubt intent to
+// write 30 to do_damper_position under key, as a crash between the write and
+// its record would leave it.
+func inDoubt(t *testing.T, key string) (*engine.Engine, simBus) {
+	t.Helper()
 	r := newRig(t)
-	mb := r.bus(t, "mb")
 	store := engine.NewMemoryStore(r.clock.Now)
 	e, err := engine.New(r.e.Manifest(), r.e.Policy(), r.buses, engine.Options{Now: r.clock.Now, Idempotency: store, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
+	err = store.Save(key, engine.Record{
+		Fingerprint: engine.Fingerprint("do_damper_position", 30.0),
+		At:          r.clock.Now().Add(-time.Minute),
+		InDoubt:     true,
+		Response:    promcp.DoResponse{Status: promcp.StatusFailed, IdempotencyKey: key, AppliedValue: 30.0, PreviousValue: 20.0, SideEffects: []string{}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, r.bus(t, "mb")
+}
+
+func TestInDoubtWriteThatDidNotLandIsWrittenOnce(t *testing.T) {
 	// The write's outcome was lost and the device still shows the old value.
-	recordInDoubt(t, store, "lost", 30.0)
+	e, mb := inDoubt(t, "lost")
 	for range 2 {
 		resp, err := e.Do(context.Background(), operator, "do_damper_position", promcp.DoRequest{Value: 30.0, IdempotencyKey: "lost"})
 		if err != nil || resp.Status != promcp.StatusSuccess || resp.AppliedValue != 30.0 {
@@ -479,16 +495,8 @@ func TestInDoubtWriteThatDidNotLandIsWrittenOnce(t *testing.T) {
 }
 
 func TestInDoubtWriteThatLandedIsNotRepeated(t *testing.T) {
-	r := newRig(t)
-	mb := r.bus(t, "mb")
-	store := engine.NewMemoryStore(r.clock.Now)
-	e, err := engine.New(r.e.Manifest(), r.e.Policy(), r.buses, engine.Options{Now: r.clock.Now, Idempotency: store, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A crash between the write and its record leaves an in-doubt intent; the
-	// device already shows the value.
-	recordInDoubt(t, store, "landed", 30.0)
+	// The device already shows the value: the write happened.
+	e, mb := inDoubt(t, "landed")
 	if err := mb.SetValue("damper_position", 30.0); err != nil {
 		t.Fatal(err)
 	}
@@ -498,17 +506,6 @@ func TestInDoubtWriteThatLandedIsNotRepeated(t *testing.T) {
 	}
 	if w := mb.Writes(); w != 0 {
 		t.Fatalf("writes = %d, want 0 (the device already had the value)", w)
-	}
-}
-
-// recordInDoubt records an intent the way Do does before writing.
-func recordInDoubt(t *testing.T, store *engine.MemoryStore, key string, value float64) {
-	t.Helper()
-	fp := engine.Fingerprint("do_damper_position", value)
-	err := store.Save(key, engine.Record{Fingerprint: fp, At: time.Date(2026, 12, 2, 11, 59, 0, 0, time.UTC), InDoubt: true,
-		Response: promcp.DoResponse{Status: promcp.StatusFailed, IdempotencyKey: key, AppliedValue: value, PreviousValue: 20.0, SideEffects: []string{}}})
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 
