@@ -62,31 +62,7 @@ func sorted(k []string) []string {
 // from) the decoder without the JSON Schema and docs/manifest.md following.
 func TestSchemaAndDocsCoverDecoder(t *testing.T) {
 	wantDocs, wantSchema := decoderKeys()
-	gotSchema, err := docsync.SchemaKeys("../schema/physmcp.manifest.schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, want := range wantSchema {
-		if got := gotSchema[name]; !slices.Equal(got, want) {
-			t.Errorf("schema definition %q has keys %v, the decoder knows %v", name, got, want)
-		}
-	}
-	for name := range gotSchema {
-		if _, ok := wantSchema[name]; !ok {
-			t.Errorf("schema definition %q matches nothing the decoder reads", name)
-		}
-	}
-	gotDocs, text, err := docsync.DocKeys("../docs/manifest.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, want := range wantDocs {
-		if got, ok := gotDocs[name]; !ok {
-			t.Errorf("docs/manifest.md has no section \"### %s\"", name)
-		} else if !slices.Equal(got, want) {
-			t.Errorf("docs/manifest.md section %s documents %v, the decoder knows %v", name, got, want)
-		}
-	}
+	text := docsync.Check(t, "../schema/physmcp.manifest.schema.json", "../docs/manifest.md", wantSchema, wantDocs)
 	for kind, aliases := range shortAliases {
 		for alias := range aliases {
 			if !strings.Contains(text, "`"+alias+"`") {

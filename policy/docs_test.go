@@ -35,31 +35,7 @@ func TestSchemaAndDocsCoverDecoder(t *testing.T) {
 			m[name] = k
 		}
 	}
-	gotSchema, err := docsync.SchemaKeys("../schema/physmcp.policy.schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, want := range schema {
-		if got := gotSchema[name]; !slices.Equal(got, want) {
-			t.Errorf("schema definition %q has keys %v, the decoder knows %v", name, got, want)
-		}
-	}
-	for name := range gotSchema {
-		if _, ok := schema[name]; !ok {
-			t.Errorf("schema definition %q matches nothing the decoder reads", name)
-		}
-	}
-	gotDocs, text, err := docsync.DocKeys("../docs/policy.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, want := range docs {
-		if got, ok := gotDocs[name]; !ok {
-			t.Errorf("docs/policy.md has no section \"### %s\"", name)
-		} else if !slices.Equal(got, want) {
-			t.Errorf("docs/policy.md section %s documents %v, the decoder knows %v", name, got, want)
-		}
-	}
+	text := docsync.Check(t, "../schema/physmcp.policy.schema.json", "../docs/policy.md", schema, docs)
 	for _, rt := range ruleTypes {
 		if !strings.Contains(text, "`type: "+string(rt.name)+"`") {
 			t.Errorf("docs/policy.md does not document rule type %s", rt.name)

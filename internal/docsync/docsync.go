@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"testing"
 )
 
 // SchemaKeys returns, for the schema's root ("") and each of its
@@ -77,4 +78,38 @@ func DocKeys(path string) (map[string][]string, string, error) {
 		slices.Sort(k)
 	}
 	return out, string(data), nil
+}
+
+// Check compares what a decoder reads (schema and docs: definition or section
+// name → sorted keys) with the JSON Schema at schemaPath and the Markdown at
+// docPath, reporting every difference on t. It returns the Markdown text for
+// further checks.
+func Check(t testing.TB, schemaPath, docPath string, schema, docs map[string][]string) string {
+	t.Helper()
+	gotSchema, err := SchemaKeys(schemaPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range schema {
+		if got := gotSchema[name]; !slices.Equal(got, want) {
+			t.Errorf("%s: definition %q has keys %v, the decoder knows %v", schemaPath, name, got, want)
+		}
+	}
+	for name := range gotSchema {
+		if _, ok := schema[name]; !ok {
+			t.Errorf("%s: definition %q matches nothing the decoder reads", schemaPath, name)
+		}
+	}
+	gotDocs, text, err := DocKeys(docPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range docs {
+		if got, ok := gotDocs[name]; !ok {
+			t.Errorf("%s has no section \"### %s\"", docPath, name)
+		} else if !slices.Equal(got, want) {
+			t.Errorf("%s section %s documents %v, the decoder knows %v", docPath, name, got, want)
+		}
+	}
+	return text
 }
