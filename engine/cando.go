@@ -173,7 +173,7 @@ func (e *Engine) CanDo(ctx context.Context, caller Caller, req promcp.CanDoReque
 	start := time.Now()
 	now := e.now()
 	rep := promcp.CapabilityReport{
-		QueryID:    newKey(),
+		QueryID:    promcp.NewUUID(),
 		Candidates: []promcp.Candidate{},
 		Blocked:    []promcp.Blocked{},
 		Unroutable: []promcp.Unroutable{},

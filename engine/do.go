@@ -32,7 +32,7 @@ func (e *Engine) Do(ctx context.Context, caller Caller, tool string, req promcp.
 	}
 	key := req.IdempotencyKey
 	if key == "" {
-		key = newKey()
+		key = promcp.NewUUID()
 	}
 	value, perm, verr := validate(pt.c, req.Value)
 	if verr != nil {

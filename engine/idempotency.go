@@ -1,11 +1,9 @@
 package engine
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"sync"
 	"time"
 
@@ -82,15 +80,6 @@ func fingerprint(tool string, value any) string {
 	}{tool, value})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
-}
-
-// newKey returns a random UUIDv4 for callers that sent no idempotency key.
-func newKey() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
 // keyedCall lets concurrent calls with one key wait for the first instead of

@@ -167,7 +167,7 @@ func (a *adapter) do(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 // nothing was written and no key was recorded.
 func (a *adapter) refusal(tool, key, reason string) promcp.DoResponse {
 	if key == "" {
-		key = promcp.NewQueryID()
+		key = promcp.NewUUID()
 	}
 	side := []string{}
 	if c := a.caps[tool]; c != nil && len(c.SideEffects) > 0 {

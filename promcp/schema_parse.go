@@ -157,7 +157,7 @@ func jsonKind(v any) string {
 // feasible, explained by one unroutable entry whose detail says what is wrong.
 func MalformedRequestReport(detail, deviceID string, now time.Time) CapabilityReport {
 	return CapabilityReport{
-		QueryID:    NewQueryID(),
+		QueryID:    NewUUID(),
 		Feasible:   false,
 		Candidates: []Candidate{},
 		Blocked:    []Blocked{},
@@ -171,8 +171,9 @@ func MalformedRequestReport(detail, deviceID string, now time.Time) CapabilityRe
 	}
 }
 
-// NewQueryID returns a random UUID (version 4).
-func NewQueryID() string {
+// NewUUID returns a random UUID (version 4), used for query ids and
+// generated idempotency keys.
+func NewUUID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	b[6] = b[6]&0x0f | 0x40

@@ -206,7 +206,7 @@ func TestCanDoInputSchema(t *testing.T) {
 
 func TestCanDoOutputSchema(t *testing.T) {
 	report := CapabilityReport{
-		QueryID: NewQueryID(), Feasible: true,
+		QueryID: NewUUID(), Feasible: true,
 		Candidates: []Candidate{{
 			Capability: "do_heater_setpoint", Source: "heater_hall_01", Confidence: 0.92, Permission: Allowed,
 			CurrentState: CurrentState{Value: 18.0, Unit: ptr("°C"), Timestamp: ts},
@@ -303,8 +303,8 @@ func TestParseCanDo(t *testing.T) {
 	}
 }
 
-func TestNewQueryID(t *testing.T) {
-	a, b := NewQueryID(), NewQueryID()
+func TestNewUUID(t *testing.T) {
+	a, b := NewUUID(), NewUUID()
 	if a == b {
 		t.Fatal("two query ids are equal")
 	}
