@@ -75,6 +75,10 @@ type GPIOBus struct {
 	At Positions `yaml:"-"`
 }
 
+// DefaultMaxGap is max_gap when the manifest does not set it: reads of points
+// up to 8 registers (or bits) apart are merged into one request.
+const DefaultMaxGap = 8
+
 // ModbusTCPBus is a Modbus TCP server (or gateway).
 type ModbusTCPBus struct {
 	Address   string `yaml:"address,required"` // host:port

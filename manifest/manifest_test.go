@@ -232,6 +232,8 @@ var manifestEdits = []edit{
 	{name: "bad role", base: greenhouse, old: "    requires_permission: operator\n    safe_value: false", new: "    requires_permission: root\n    safe_value: false", at: "root", msg: `unknown role "root"`},
 	{name: "quorum size without quorum", base: greenhouse, old: "    cooldown_ms: 2000\n", new: "    cooldown_ms: 2000\n    quorum_size: 2\n", at: "2\n", msg: "only applies with requires_quorum"},
 	{name: "quorum without size", base: greenhouse, old: "    cooldown_ms: 2000\n", new: "    cooldown_ms: 2000\n    requires_quorum: true\n", at: "true\n", msg: "needs quorum_size"},
+	{name: "bus timeout zero", base: greenhouse, old: "    timeout_ms: 500\n", new: "    timeout_ms: 0\n", at: "timeout_ms: ^0", msg: "at least 1"},
+	{name: "max_gap too large", base: greenhouse, old: "    timeout_ms: 500\n", new: "    timeout_ms: 500\n    max_gap: 2001\n", at: "max_gap: ^2001", msg: "0..2000"},
 	{name: "timeout zero", base: greenhouse, old: "    cache_ttl_ms: 1000\n", new: "    cache_ttl_ms: 1000\n    timeout_ms: 0\n", at: "timeout_ms: ^0", msg: "at least 1"},
 	{name: "cache ttl without cacheable", base: greenhouse, old: "    cache_ttl_ms: 1000\n", new: "    cache_ttl_ms: 1000\n    cacheable: false\n", at: "1000", msg: "not cacheable"},
 	{name: "enum without values", base: pumpSkid, old: "    enum_values: [\"off\", manual, auto, fault]\n", new: "", at: "enum\n", msg: "needs enum_values"},
@@ -321,6 +323,25 @@ func TestManifestFindings(t *testing.T) {
 			}
 			checkFinding(t, diags, want, e.msg, e.warning)
 		})
+	}
+}
+
+// max_gap's default is filled in, and a written 0 (adjoining reads only) stays 0.
+func TestMaxGapDefault(t *testing.T) {
+	text := readFile(t, greenhouse)
+	m, diags := Parse("m.yml", []byte(text))
+	if m == nil {
+		t.Fatal(diags)
+	}
+	if got := m.Buses["rs485"].ModbusRTU.MaxGap; got != DefaultMaxGap {
+		t.Fatalf("max_gap not written = %d, want %d", got, DefaultMaxGap)
+	}
+	m, diags = Parse("m.yml", []byte(strings.Replace(text, "    timeout_ms: 500\n", "    timeout_ms: 500\n    max_gap: 0\n", 1)))
+	if m == nil {
+		t.Fatal(diags)
+	}
+	if got := m.Buses["rs485"].ModbusRTU.MaxGap; got != 0 {
+		t.Fatalf("max_gap: 0 = %d", got)
 	}
 }
 

@@ -79,6 +79,9 @@ func (v *validator) run() {
 			v.errorf(m.Audit.At.Of("retention_days"), "audit.retention_days", "must not be negative, got %d", m.Audit.RetentionDays)
 		}
 	}
+	if m.SafeState != nil {
+		v.safeState(m)
+	}
 	for _, name := range sortedKeys(m.Buses) {
 		if b := m.Buses[name]; !v.usedBus[name] {
 			v.warnf(b.At.Key, "buses."+name, "no capability uses this bus")
@@ -131,6 +134,25 @@ func (v *validator) nonNegative(at Positions, path, key string, value int) {
 	}
 }
 
+// timeout checks a bus timeout_ms: absent means the driver's default, and a
+// written 0 would mean "never wait", which no bus can do.
+func (v *validator) timeout(at Positions, path string, ms int) {
+	if at.Has("timeout_ms") && ms < 1 {
+		v.errorf(at.Of("timeout_ms"), path+".timeout_ms", "must be at least 1, got %d", ms)
+	}
+}
+
+// maxGap checks max_gap and fills in its default, so a written 0 (merge only
+// adjoining reads) is never mistaken for "not set".
+func (v *validator) maxGap(at Positions, path string, gap *int) {
+	switch {
+	case !at.Has("max_gap"):
+		*gap = DefaultMaxGap
+	case *gap < 0 || *gap > 2000:
+		v.errorf(at.Of("max_gap"), path+".max_gap", "must be 0..2000, got %d", *gap)
+	}
+}
+
 func (v *validator) rate01(at Positions, path, key string, value float64) {
 	if value < 0 || value > 1 {
 		v.errorf(at.Of(key), path+"."+key, "is a probability and must be within 0..1, got %g", value)
@@ -163,7 +185,7 @@ func (v *validator) bus(b *Bus) {
 			v.errorf(k.At.Of("device"), path+".device", "must be the adapter number N or /dev/i2c-N, got %q", k.Device)
 		}
 		v.nonNegative(k.At, path, "retries", k.Retries)
-		v.nonNegative(k.At, path, "timeout_ms", k.TimeoutMs)
+		v.timeout(k.At, path, k.TimeoutMs)
 	case b.GPIO != nil:
 		k := b.GPIO
 		switch {
@@ -183,9 +205,9 @@ func (v *validator) bus(b *Bus) {
 		} else if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 			v.errorf(k.At.Of("address"), path+".address", "port %q must be 1..65535", port)
 		}
-		v.nonNegative(k.At, path, "timeout_ms", k.TimeoutMs)
+		v.timeout(k.At, path, k.TimeoutMs)
 		v.nonNegative(k.At, path, "retries", k.Retries)
-		v.nonNegative(k.At, path, "max_gap", k.MaxGap)
+		v.maxGap(k.At, path, &k.MaxGap)
 	case b.ModbusRTU != nil:
 		v.rtu(b, b.ModbusRTU, path)
 	}
@@ -220,9 +242,9 @@ func (v *validator) rtu(b *Bus, k *ModbusRTUBus, path string) {
 	if k.Parity == "none" && k.StopBits == 1 {
 		v.warnf(k.At.Of("stop_bits"), path+".stop_bits", "the Modbus serial-line standard asks for 2 stop bits without parity; check the device's setting")
 	}
-	v.nonNegative(k.At, path, "timeout_ms", k.TimeoutMs)
+	v.timeout(k.At, path, k.TimeoutMs)
 	v.nonNegative(k.At, path, "retries", k.Retries)
-	v.nonNegative(k.At, path, "max_gap", k.MaxGap)
+	v.maxGap(k.At, path, &k.MaxGap)
 	if r := k.RS485; r != nil {
 		v.nonNegative(r.At, path+".rs485", "delay_rts_before_send_us", r.DelayRTSBeforeSendUs)
 		v.nonNegative(r.At, path+".rs485", "delay_rts_after_send_us", r.DelayRTSAfterSendUs)
@@ -251,6 +273,7 @@ func (v *validator) capabilities() {
 		}
 		v.binding(path, c)
 		v.simulation(path, c, doNames)
+		v.interlocks(path, c)
 		if g := c.Binding.GPIO; g != nil {
 			key := c.Binding.Bus + "\x00" + g.Line
 			if g.HasOffset {
@@ -625,4 +648,19 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// safeState checks the safe_state section: a dead man needs a positive
+// timeout and something to drive to a safe value, or it would silently do nothing.
+func (v *validator) safeState(m *Manifest) {
+	s := m.SafeState
+	if s.At.Has("dead_man_timeout_ms") && s.DeadManTimeoutMs <= 0 {
+		v.errorf(s.At.Of("dead_man_timeout_ms"), "safe_state.dead_man_timeout_ms", "must be a positive number of milliseconds, got %d", s.DeadManTimeoutMs)
+	}
+	for _, c := range m.Capabilities {
+		if c.Kind == KindDo && (c.SafeValue != nil || c.Binding.GPIO != nil && c.Binding.GPIO.SafeLevel != nil) {
+			return
+		}
+	}
+	v.errorf(s.At.Self, "safe_state", "no do capability declares a safe_value (or a GPIO safe_level), so the dead man would have nothing to apply")
 }

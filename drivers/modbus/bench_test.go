@@ -20,7 +20,7 @@ func benchRead8(b *testing.B, bus *Bus) {
 // BenchmarkTCPRead8 is one FC3 read of 8 registers from the pymodbus peer over loopback TCP.
 func BenchmarkTCPRead8(b *testing.B) {
 	peer := startTCPPeer(b)
-	benchRead8(b, tcpBus(b, peer.addr(), 1000, 0, 0))
+	benchRead8(b, tcpBus(b, peer.addr(), 1000, 0, manifest.DefaultMaxGap))
 }
 
 // BenchmarkRTURead8 is the same read over RTU through a socat pseudo-terminal
@@ -37,7 +37,7 @@ func BenchmarkTCPParallel8(b *testing.B) {
 	for _, c := range []struct {
 		name   string
 		maxGap int
-	}{{"coalesced", 0}, {"separate", -1}} {
+	}{{"coalesced", manifest.DefaultMaxGap}, {"separate", -1}} {
 		b.Run(c.name, func(b *testing.B) {
 			bus := tcpBus(b, peer.addr(), 1000, 0, c.maxGap)
 			ctx := context.Background()

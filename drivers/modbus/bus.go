@@ -26,7 +26,6 @@ import (
 
 const (
 	defaultTimeout = time.Second
-	defaultMaxGap  = 8
 	maxRetries     = 10
 	// queueLen bounds how many requests may wait for the bus; beyond that
 	// callers get ErrQueueFull at once instead of piling up behind a slow device.
@@ -45,8 +44,9 @@ type settings struct {
 	maxGap  int           // largest hole merged when coalescing; -1: never merge
 }
 
-// newSettings validates the manifest's values. timeout_ms 0 and max_gap 0 mean
-// "not set" (the defaults); max_gap -1 disables coalescing; retries 0 means none.
+// newSettings validates the manifest's values (the manifest fills in max_gap's
+// default when it is not written). timeout_ms 0 means "not set"; max_gap 0
+// merges only adjoining reads and -1 disables coalescing; retries 0 means none.
 func newSettings(timeoutMs, retries, maxGap int) (settings, error) {
 	s := settings{timeout: time.Duration(timeoutMs) * time.Millisecond, retries: retries, maxGap: maxGap}
 	switch {
@@ -59,9 +59,6 @@ func newSettings(timeoutMs, retries, maxGap int) (settings, error) {
 	}
 	if s.timeout == 0 {
 		s.timeout = defaultTimeout
-	}
-	if s.maxGap == 0 {
-		s.maxGap = defaultMaxGap
 	}
 	return s, nil
 }

@@ -135,7 +135,7 @@ func TestBackoff(t *testing.T) {
 
 func TestSettings(t *testing.T) {
 	s, err := newSettings(0, 0, 0)
-	if err != nil || s.timeout != defaultTimeout || s.retries != 0 || s.maxGap != defaultMaxGap {
+	if err != nil || s.timeout != defaultTimeout || s.retries != 0 || s.maxGap != 0 {
 		t.Fatalf("defaults = %+v, %v", s, err)
 	}
 	for _, bad := range [][3]int{{-1, 0, 0}, {0, -1, 0}, {0, 11, 0}, {0, 0, -2}, {0, 0, 2001}} {
@@ -261,7 +261,7 @@ func waitQueued(t testing.TB, b *Bus, n int) {
 
 func TestCoalescedReadsGetTheirSlices(t *testing.T) {
 	d := &fakeDevice{gate: make(chan struct{})}
-	b := newFakeBus(t, d, settings{timeout: time.Second, maxGap: 8})
+	b := newFakeBus(t, d, settings{timeout: time.Second, maxGap: manifest.DefaultMaxGap})
 	ctx := context.Background()
 	// A write holds the bus while the reads queue up behind it.
 	writeDone := make(chan error, 1)
@@ -300,7 +300,7 @@ func TestCoalescedReadsGetTheirSlices(t *testing.T) {
 
 func TestMergedExceptionFallsBackToSingleReads(t *testing.T) {
 	d := &fakeDevice{gate: make(chan struct{})}
-	b := newFakeBus(t, d, settings{timeout: time.Second, maxGap: 8})
+	b := newFakeBus(t, d, settings{timeout: time.Second, maxGap: manifest.DefaultMaxGap})
 	ctx := context.Background()
 	go b.WriteRegisters(ctx, 9, 0, []uint16{1})
 	for d.sent() != 1 {
@@ -333,7 +333,7 @@ func TestMergedExceptionFallsBackToSingleReads(t *testing.T) {
 
 func TestCancelledWriteIsNeverSent(t *testing.T) {
 	d := &fakeDevice{gate: make(chan struct{})}
-	b := newFakeBus(t, d, settings{timeout: time.Second, maxGap: 8})
+	b := newFakeBus(t, d, settings{timeout: time.Second, maxGap: manifest.DefaultMaxGap})
 	go b.ReadRegisters(context.Background(), 1, manifest.TableHolding, 0, 1)
 	for d.sent() != 1 {
 		time.Sleep(time.Millisecond)
@@ -360,7 +360,7 @@ func TestCancelledWriteIsNeverSent(t *testing.T) {
 
 func TestRetriesAreBounded(t *testing.T) {
 	d := &fakeDevice{failures: 10}
-	b := newFakeBus(t, d, settings{timeout: time.Second, retries: 2, maxGap: 8})
+	b := newFakeBus(t, d, settings{timeout: time.Second, retries: 2, maxGap: manifest.DefaultMaxGap})
 	_, err := b.ReadRegisters(context.Background(), 1, manifest.TableHolding, 0, 1)
 	if !errors.Is(err, drivers.ErrTimeout) || !strings.Contains(err.Error(), "after 3 attempts") {
 		t.Fatalf("err = %v", err)
@@ -409,7 +409,7 @@ func TestQueueFullAndClose(t *testing.T) {
 }
 
 func TestRequestValidation(t *testing.T) {
-	b := newFakeBus(t, &fakeDevice{}, settings{timeout: time.Second, maxGap: 8})
+	b := newFakeBus(t, &fakeDevice{}, settings{timeout: time.Second, maxGap: manifest.DefaultMaxGap})
 	ctx := context.Background()
 	if _, err := b.ReadRegisters(ctx, 1, manifest.TableCoil, 0, 1); err == nil {
 		t.Error("registers from the coil table")

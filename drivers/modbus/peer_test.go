@@ -252,7 +252,7 @@ func requests(t testing.TB, b *Bus) int {
 
 func TestTCPPeer(t *testing.T) {
 	peer := startTCPPeer(t)
-	b := tcpBus(t, peer.addr(), 300, 0, 0)
+	b := tcpBus(t, peer.addr(), 300, 0, manifest.DefaultMaxGap)
 	testAgainstPeer(t, b)
 
 	t.Run("peer killed and restarted", func(t *testing.T) {
@@ -279,7 +279,7 @@ func TestTCPPeer(t *testing.T) {
 
 func TestRTUPeer(t *testing.T) {
 	peer := startRTUPeer(t)
-	b := peer.bus(t, 300, 0, 0)
+	b := peer.bus(t, 300, 0, manifest.DefaultMaxGap)
 	testAgainstPeer(t, b)
 
 	t.Run("peer killed and restarted", func(t *testing.T) {
@@ -431,7 +431,7 @@ func testAgainstPeer(t *testing.T, b *Bus) {
 		coalesced := concurrentReads(t, b, ranges)
 		b.set.maxGap = -1 // only the worker reads it, and it is idle between the calls
 		separate := concurrentReads(t, b, ranges)
-		b.set.maxGap = defaultMaxGap
+		b.set.maxGap = manifest.DefaultMaxGap
 		if coalesced != 1 || separate != len(ranges) {
 			t.Fatalf("peer counted %d requests coalesced and %d separate, want 1 and %d", coalesced, separate, len(ranges))
 		}
