@@ -4,8 +4,10 @@ go 1.26
 
 require (
 	github.com/goburrow/modbus v0.1.0
+	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/mark3labs/mcp-go v1.2.1
 	go.bug.st/serial v1.8.0
+	go.etcd.io/bbolt v1.4.3
 	golang.org/x/sys v0.43.0
 	gopkg.in/yaml.v3 v3.0.1
 	periph.io/x/conn/v3 v3.7.3

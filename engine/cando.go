@@ -282,6 +282,16 @@ func (e *Engine) dryRun(ctx context.Context, pt *point, caller Caller, in promcp
 	if d.permission != promcp.Allowed && d.permission != promcp.RequiresHumanApproval {
 		return d
 	}
+	if clearsAt, err := e.breakerBlocks(pt); err != nil {
+		blocked := deny(promcp.SourceUnreachable, "the device does not answer: %v", err)
+		blocked.clearsAt = clearsAt
+		return blocked
+	}
+	if pt.c.Kind == manifest.KindDo {
+		if il := e.interlocks(ctx, pt, d.value, false); il.permission != promcp.Allowed {
+			return il
+		}
+	}
 	pt.mu.Lock()
 	unknown := pt.last == nil || pt.lastErr != nil
 	pt.mu.Unlock()
@@ -367,6 +377,9 @@ func (e *Engine) validUntil(pt *point, d decision, now time.Time) time.Time {
 		}
 		if pt.c.Compensable != nil && !*pt.c.Compensable {
 			horizon = criticalValidity
+		}
+		if len(pt.c.Interlocks) > 0 {
+			horizon = min(horizon, interlockValidity)
 		}
 	}
 	until := now.Add(horizon)

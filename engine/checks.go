@@ -60,18 +60,13 @@ func (e *Engine) minRole(c *manifest.Capability) manifest.Role {
 // access checks who may call the tool and when: roles, then time windows.
 // Reads and writes share it.
 func (e *Engine) access(pt *point, caller Caller) decision {
-	d := allow()
-	if min := e.minRole(pt.c); !caller.Role.AtLeast(min) {
-		return deny(promcp.PermissionInsufficient, "%s requires role %s or higher; the caller has %s", pt.tool, min, roleName(caller.Role))
+	d := e.roleAccess(pt, caller.Role)
+	if d.permission != promcp.Allowed {
+		return d
 	}
 	now := e.now()
 	for _, r := range e.p.Rules(pt.tool) {
-		switch {
-		case r.Permission != nil:
-			if !slices.Contains(r.Permission.Require, caller.Role) {
-				return deny(promcp.PermissionInsufficient, "the policy allows %s only to roles %s; the caller has %s", pt.tool, roleList(r.Permission.Require), roleName(caller.Role))
-			}
-		case r.TimeWindow != nil:
+		if r.TimeWindow != nil {
 			ok, why, changes := r.TimeWindow.Evaluate(e.p, now)
 			if !ok {
 				blocked := deny(promcp.PolicyDenied, "%s", why)
@@ -99,8 +94,8 @@ func roleList(rs []manifest.Role) string {
 	return strings.Join(names, ", ")
 }
 
-// rates lists every rate limit on a do tool: the manifest's rate_limit and the
-// policy's rate rules all apply; the policy default applies when neither sets one.
+// rates lists every rate limit on a do tool: the manifest's rate_limit, the
+// policy default and the policy's rate rules all apply (docs/policy.md).
 func (e *Engine) rates(pt *point) []manifest.Rate {
 	var out []manifest.Rate
 	if pt.c.RateLimit != nil {
@@ -111,7 +106,7 @@ func (e *Engine) rates(pt *point) []manifest.Rate {
 			out = append(out, *r.Rate.Max)
 		}
 	}
-	if len(out) == 0 && e.p != nil && e.p.Defaults != nil && e.p.Defaults.RateLimit != nil {
+	if e.p != nil && e.p.Defaults != nil && e.p.Defaults.RateLimit != nil {
 		out = append(out, *e.p.Defaults.RateLimit)
 	}
 	return out

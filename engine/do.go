@@ -25,11 +25,14 @@ type ApprovalRequest struct {
 // failed and a reason; the error is non-nil only for an unknown tool. The
 // steps run in the contract's order: input validation, idempotency, policy,
 // write, read-back, record.
-func (e *Engine) Do(ctx context.Context, caller Caller, tool string, req promcp.DoRequest) (promcp.DoResponse, error) {
+func (e *Engine) Do(ctx context.Context, caller Caller, tool string, req promcp.DoRequest) (resp promcp.DoResponse, err error) {
 	pt, err := e.lookup(tool, manifest.KindDo)
 	if err != nil {
 		return promcp.DoResponse{}, err
 	}
+	e.touch()
+	outcome, at, began := "", e.now(), time.Now()
+	defer func() { e.auditDo(caller, pt, req, resp, outcome, at, time.Since(began)) }()
 	key := req.IdempotencyKey
 	if key == "" {
 		key = promcp.NewUUID()
@@ -48,9 +51,13 @@ func (e *Engine) Do(ctx context.Context, caller Caller, tool string, req promcp.
 		}
 		if !rec.InDoubt {
 			e.log.Info("do replayed", "tool", tool, "key", key)
+			outcome = OutcomeReplayed
 			return rec.Response, nil
 		}
 		if resp, done := e.resolveInDoubt(ctx, pt, key, rec); done {
+			if resp.Status != promcp.StatusFailed {
+				outcome = OutcomeConfirmed
+			}
 			return resp, nil
 		}
 	}
@@ -63,34 +70,51 @@ func (e *Engine) Do(ctx context.Context, caller Caller, tool string, req promcp.
 		e.log.Info("do refused", "tool", tool, "key", key, "permission", d.permission, "reason", d.reason, "caller", caller.Identity)
 		return e.refuse(pt, key, d.permission, d.reason), nil
 	}
+	// Writes to one point take turns from here to the charge, and check the
+	// limits again in turn: another call may have written meanwhile.
+	defer e.serialiseWrites(pt)()
+	if l := e.limits(pt); l.permission != promcp.Allowed {
+		return e.refuse(pt, key, l.permission, l.reason), nil
+	}
 
 	prev, err := e.readFresh(ctx, pt)
 	if err != nil {
 		return e.refuse(pt, key, promcp.SourceUnreachable, fmt.Sprintf("could not read the current value, so nothing was written: %v", err)), nil
 	}
+	if il := e.interlocks(ctx, pt, d.value, true); il.permission != promcp.Allowed {
+		e.log.Info("do refused by an interlock", "tool", tool, "key", key, "permission", il.permission, "reason", il.reason, "caller", caller.Identity)
+		return e.refuse(pt, key, il.permission, il.reason), nil
+	}
 
-	resp := e.response(pt, key)
+	resp = e.response(pt, key)
 	resp.PreviousValue = prev.value
 	resp.AppliedValue = d.value
 	resp.Warnings = d.warnings
 	// Record the intent before touching the device: if the write's outcome is
 	// lost, a retry with this key checks the device instead of writing twice.
-	intent := Record{Fingerprint: fp, Response: resp, At: e.now(), InDoubt: true}
+	intent := Record{Fingerprint: fp, Tool: pt.tool, Response: resp, At: e.now(), InDoubt: true}
 	if err := e.idem.Save(key, intent); err != nil {
 		return e.refuse(pt, key, "", fmt.Sprintf("could not record the request, so nothing was written: %v", err)), nil
 	}
 
-	werr := e.timed(ctx, pt, func(ctx context.Context) error { return pt.drv.Write(ctx, d.value) })
+	werr := e.transact(ctx, pt, func(ctx context.Context) error { return pt.drv.Write(ctx, d.value) })
 	if werr != nil {
 		e.log.Warn("do write failed", "tool", tool, "key", key, "point", pt.drv.Describe(), "err", werr)
 		failed := e.refuse(pt, key, promcp.SourceUnreachable, fmt.Sprintf("write failed: %v", werr))
-		if errors.Is(werr, drivers.ErrTimeout) || errors.Is(werr, context.DeadlineExceeded) {
+		if errors.Is(werr, drivers.ErrTimeout) || errors.Is(werr, context.DeadlineExceeded) || errors.Is(werr, ErrDriverPanic) {
 			failed.Reason += "; the device may have applied it: retry with the same idempotency_key to check without writing twice"
 		}
 		return failed, nil
 	}
-	e.spend(pt)
-	return e.finish(ctx, pt, key, fp, resp, d.value, d.clamped), nil
+	var spendWarning string
+	if err := e.charge(pt, e.now(), d.value); err != nil {
+		spendWarning = fmt.Sprintf("the write could not be recorded for the cooldown and rate limits (%v): a restart may allow the next write early", err)
+	}
+	resp = e.finish(ctx, pt, key, fp, resp, d.value, d.clamped)
+	if spendWarning != "" {
+		resp.Warnings = append(resp.Warnings, spendWarning)
+	}
+	return resp, nil
 }
 
 // finish reads the point back after a write, completes and records the response.
@@ -113,7 +137,7 @@ func (e *Engine) finish(ctx context.Context, pt *point, key, fp string, resp pro
 	}
 	e.compensation(pt, &resp)
 	resp.Timestamp = promcp.Time(e.now())
-	if err := e.idem.Save(key, Record{Fingerprint: fp, Response: resp, At: e.now()}); err != nil {
+	if err := e.idem.Save(key, Record{Fingerprint: fp, Tool: pt.tool, Response: resp, At: e.now()}); err != nil {
 		resp.Warnings = append(resp.Warnings, fmt.Sprintf("the outcome could not be recorded (%v): a retry with this key may act again", err))
 	}
 	e.log.Info("do applied", "tool", pt.tool, "key", key, "status", resp.Status, "previous", resp.PreviousValue, "applied", resp.AppliedValue)
@@ -132,30 +156,11 @@ func (e *Engine) resolveInDoubt(ctx context.Context, pt *point, key string, rec 
 	if !sameValue(pt, cur.value, want) {
 		return promcp.DoResponse{}, false
 	}
-	pt.mu.Lock()
-	pt.lastWrite = rec.At
-	pt.writes = append(pt.writes, rec.At)
-	pt.mu.Unlock()
-	e.invalidate(pt)
+	if err := e.charge(pt, rec.At, want); err != nil {
+		rec.Response.Warnings = append(rec.Response.Warnings, fmt.Sprintf("the write could not be recorded for the cooldown and rate limits: %v", err))
+	}
 	e.log.Info("do in-doubt write confirmed by read-back", "tool", pt.tool, "key", key)
 	return e.finish(ctx, pt, key, rec.Fingerprint, rec.Response, want, rec.Response.Status == promcp.StatusPartial), true
-}
-
-// spend charges the cooldown and rate limits for a write that reached the device.
-func (e *Engine) spend(pt *point) {
-	now := e.now()
-	longest := e.longestRate(pt)
-	pt.mu.Lock()
-	pt.lastWrite = now
-	pt.writes = append(pt.writes, now)
-	// Forget writes older than the longest window; they can no longer count.
-	cut := 0
-	for cut < len(pt.writes) && now.Sub(pt.writes[cut]) > longest {
-		cut++
-	}
-	pt.writes = append(pt.writes[:0], pt.writes[cut:]...)
-	pt.mu.Unlock()
-	e.invalidate(pt)
 }
 
 func (e *Engine) longestRate(pt *point) (longest time.Duration) {

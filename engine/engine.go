@@ -25,6 +25,12 @@ type Options struct {
 	// Quorum reports how many nodes (this one included) can be reached now;
 	// nil means a lone node (1).
 	Quorum func() int
+	// Limits persists the write history behind cooldowns and rate limits;
+	// nil keeps it in memory (a restart resets it).
+	Limits LimitStore
+	// Audit receives an entry for every do_* attempt and safe-state write;
+	// nil records nothing. It is called synchronously.
+	Audit func(AuditEntry)
 }
 
 // ErrUnknownTool is returned for a tool the device does not serve.
@@ -40,6 +46,13 @@ type Engine struct {
 	quorum func() int
 	buses  map[string]drivers.Bus
 
+	history LimitStore
+	auditFn func(AuditEntry)
+
+	deadMu      sync.Mutex
+	lastDo      time.Time // the latest do_* call, for the dead man
+	deadTripped bool      // the safe state was applied since lastDo
+
 	tools  []Tool
 	points map[string]*point // by tool name
 	// byLocation groups points that address the same register or line, so a
@@ -48,6 +61,8 @@ type Engine struct {
 
 	inflight sync.Mutex
 	running  map[string]*keyedCall // do_* calls in progress, by idempotency key
+
+	faults faults // breakers, queues and write turns (breaker.go)
 }
 
 // point is a capability bound to its driver, with its read cache and limits.
@@ -86,6 +101,8 @@ func New(m *manifest.Manifest, p *policy.Policy, buses map[string]drivers.Bus, o
 		idem:       opts.Idempotency,
 		quorum:     opts.Quorum,
 		buses:      buses,
+		history:    opts.Limits,
+		auditFn:    opts.Audit,
 		points:     map[string]*point{},
 		byLocation: map[string][]*point{},
 		running:    map[string]*keyedCall{},
@@ -117,6 +134,10 @@ func New(m *manifest.Manifest, p *policy.Policy, buses map[string]drivers.Bus, o
 		e.tools = append(e.tools, Tool{Name: pt.tool, Kind: ToolKind(c.Kind), Capability: c})
 	}
 	e.tools = append(e.tools, Tool{Name: "can_do", Kind: ToolCanDo})
+	if err := e.restoreLimits(); err != nil {
+		return nil, err
+	}
+	e.lastDo = e.now()
 	return e, nil
 }
 

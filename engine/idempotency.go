@@ -18,8 +18,10 @@ type Record struct {
 	// Fingerprint identifies the request (tool and canonical arguments), so a
 	// key reused for another request is refused rather than replayed.
 	Fingerprint string
-	Response    promcp.DoResponse
-	At          time.Time
+	// Tool is the do_* tool the key was used for (to settle in-doubt keys at start-up).
+	Tool     string
+	Response promcp.DoResponse
+	At       time.Time
 	// InDoubt marks a write that was sent but whose outcome is unknown (the
 	// device timed out). A retry reads the device back instead of writing blindly.
 	InDoubt bool

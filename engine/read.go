@@ -93,7 +93,7 @@ func staleLimit(c *manifest.Capability) time.Duration {
 func (e *Engine) sample(ctx context.Context, pt *point) (*reading, error) {
 	return pt.reads.do(ctx, func() (*reading, error) {
 		var r *reading
-		err := e.timed(context.WithoutCancel(ctx), pt, func(ctx context.Context) error {
+		err := e.transact(context.WithoutCancel(ctx), pt, func(ctx context.Context) error {
 			s, err := pt.drv.Read(ctx)
 			if err != nil {
 				return err

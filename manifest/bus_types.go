@@ -44,6 +44,10 @@ type BusSim struct {
 	Offline     bool    `yaml:"offline"`
 	// Seed makes the random faults and noise repeatable; 0 picks one from the clock.
 	Seed int64 `yaml:"seed"`
+	// WriteLog is a file the simulator appends every applied write to (fsync'd)
+	// and restores the device memory from when the bus is opened again, so the
+	// simulated device outlives a daemon restart as real hardware does.
+	WriteLog string `yaml:"write_log"`
 
 	At Positions `yaml:"-"`
 }

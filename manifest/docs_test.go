@@ -16,8 +16,8 @@ import (
 func decoderKeys() (docs, schema map[string][]string) {
 	known := strictyaml.Known
 	docs = map[string][]string{}
-	for _, v := range []any{Manifest{}, Device{}, Location{}, Coordinates{}, Network{}, Protocol{}, Mesh{}, Audit{}, RemoteSink{},
-		BusSim{}, I2CBus{}, GPIOBus{}, ModbusTCPBus{}, ModbusRTUBus{}, RS485{}, Capability{}, Range{}, PointSim{}, Waveform{}} {
+	for _, v := range []any{Manifest{}, Device{}, Location{}, Coordinates{}, Network{}, Protocol{}, Mesh{}, Audit{}, RemoteSink{}, SafeState{},
+		BusSim{}, I2CBus{}, GPIOBus{}, ModbusTCPBus{}, ModbusRTUBus{}, RS485{}, Capability{}, Range{}, PointSim{}, Waveform{}, Interlock{}} {
 		t := reflect.TypeOf(v)
 		docs[t.Name()] = known(t)
 	}

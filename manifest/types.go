@@ -23,6 +23,7 @@ type Manifest struct {
 	Buses          map[string]*Bus `yaml:"buses"`
 	Capabilities   []*Capability   `yaml:"capabilities,required"`
 	Audit          *Audit          `yaml:"audit"`
+	SafeState      *SafeState      `yaml:"safe_state"`
 	// Profile is full (default) or lite; the command line may override it.
 	Profile string `yaml:"profile"`
 
@@ -97,6 +98,24 @@ type Audit struct {
 	RemoteSink    *RemoteSink `yaml:"remote_sink"`
 
 	At Positions `yaml:"-"`
+}
+
+// SafeState configures when physmcpd drives the actuators to their safe
+// values beyond start-up and shutdown (which always happen).
+type SafeState struct {
+	// DeadManTimeoutMs applies the safe state when no do_* call has come for
+	// this long.
+	DeadManTimeoutMs int `yaml:"dead_man_timeout_ms,required"`
+
+	At Positions `yaml:"-"`
+}
+
+// DeadManTimeout is dead_man_timeout_ms as a duration (0 without a safe_state section).
+func (s *SafeState) DeadManTimeout() time.Duration {
+	if s == nil {
+		return 0
+	}
+	return time.Duration(s.DeadManTimeoutMs) * time.Millisecond
 }
 
 // RemoteSink is where audit records are also shipped.
@@ -197,6 +216,9 @@ type Capability struct {
 	Group              string    `yaml:"group"`
 	SafeValue          any       `yaml:"safe_value"`
 	Simulation         *PointSim `yaml:"simulation"`
+	// Interlocks are conditions on other capabilities' readings that must
+	// hold for a do capability to act (interlock.go).
+	Interlocks []*Interlock `yaml:"interlocks"`
 
 	At Positions `yaml:"-"`
 }

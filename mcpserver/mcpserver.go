@@ -17,6 +17,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/physmcp/physmcpd/auth"
 	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/promcp"
@@ -34,6 +35,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock for bodies the adapter writes itself; defaults to time.Now.
 	Now func() time.Time
+	// Group is the manifest group this server is the endpoint of: its
+	// capabilities and a can_do scoped to them. "" is the capabilities
+	// without a group (all of them when the device has no groups).
+	Group string
 }
 
 // New builds the MCP server for e. Input is not validated by mcp-go: its
@@ -60,25 +65,38 @@ func New(e *engine.Engine, opts Options) (*server.MCPServer, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	tools, err := Tools(e)
+	tools, err := GroupTools(e, opts.Group)
+	if err != nil {
+		return nil, err
+	}
+	engineTools, err := groupTools(e, opts.Group)
 	if err != nil {
 		return nil, err
 	}
 	m := e.Manifest()
+	about := map[string]any{"promcp_base": promcp.BaseVersion, "device_id": m.Device.ID, "physmcp_version": m.PhysMCPVersion}
+	if opts.Group != "" {
+		about["group"] = opts.Group
+	}
 	s := server.NewMCPServer(opts.Name, opts.Version,
 		server.WithToolCapabilities(false),
 		server.WithRecovery(),
-		server.WithInstructions(Instructions(m)),
-		server.WithExperimental(map[string]any{
-			"promcp": map[string]any{"promcp_base": promcp.BaseVersion, "device_id": m.Device.ID, "physmcp_version": m.PhysMCPVersion},
-		}),
+		server.WithInstructions(Instructions(m)+groupNote(m, opts.Group)),
+		server.WithExperimental(map[string]any{"promcp": about}),
+		server.WithToolFilter(roleFilter(e, opts.Caller)),
 	)
-	a := &adapter{e: e, opts: opts, m: m, caps: map[string]*manifest.Capability{}}
+	a := &adapter{e: e, opts: opts, m: m, caps: map[string]*manifest.Capability{}, approvals: auth.NewApprovals(opts.Now)}
+	if len(engineTools) < len(e.Tools()) {
+		a.served = map[string]bool{}
+	}
 	handlers := map[engine.ToolKind]server.ToolHandlerFunc{engine.ToolRead: a.read, engine.ToolDo: a.do, engine.ToolCanDo: a.canDo}
-	// Tools lists the engine's tools in the engine's order.
-	for i, t := range e.Tools() {
+	// GroupTools lists the tools in the order of groupTools.
+	for i, t := range engineTools {
 		a.caps[t.Name] = t.Capability
-		s.AddTool(tools[i], a.logged(handlers[t.Kind]))
+		if a.served != nil {
+			a.served[t.Name] = true
+		}
+		s.AddTool(tools[i], a.logged(a.recovered(t.Kind, handlers[t.Kind])))
 	}
 	return s, nil
 }
@@ -88,6 +106,11 @@ type adapter struct {
 	opts Options
 	m    *manifest.Manifest
 	caps map[string]*manifest.Capability // by tool name
+	// served names the tools of this endpoint when it serves only some of
+	// the device's (a group); nil when it serves them all.
+	served map[string]bool
+	// approvals signs the state that binds a person's approval to one call.
+	approvals *auth.Approvals
 }
 
 // logged records every call at debug level (the engine logs refusals and
@@ -152,15 +175,7 @@ func (a *adapter) do(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	if problem != "" {
 		return result(a.refusal(name, dr.IdempotencyKey, problem), true)
 	}
-	// A write that has started must finish (within the capability's timeout)
-	// and be recorded, even when the client cancels or the transport closes:
-	// mcp-go cancels every in-flight request when stdin ends, and a bus
-	// transaction cut short leaves the device's state unknown.
-	resp, err := a.e.Do(context.WithoutCancel(ctx), a.opts.Caller(ctx), name, dr)
-	if err != nil {
-		return nil, err
-	}
-	return result(resp, resp.Status == promcp.StatusFailed)
+	return a.doCall(ctx, req, args, dr)
 }
 
 // refusal is the failed do_* body for arguments the engine never sees:
@@ -192,10 +207,16 @@ func (a *adapter) canDo(ctx context.Context, req mcp.CallToolRequest) (*mcp.Call
 		// Unroutable, not an error: the report itself explains what to fix.
 		return result(promcp.MalformedRequestReport(problem, a.m.Device.ID, a.opts.Now()), false)
 	}
+	if empty := a.scopeCanDo(&cr); empty != "" {
+		rep := promcp.MalformedRequestReport(empty, a.m.Device.ID, a.opts.Now())
+		rep.Unroutable[0].Reason = promcp.NoProducer
+		return result(rep, false)
+	}
 	rep, err := a.e.CanDo(ctx, a.opts.Caller(ctx), cr)
 	if err != nil {
 		return nil, err
 	}
+	a.trimReport(&rep)
 	return result(rep, false)
 }
 

@@ -129,6 +129,7 @@ func doDescription(c *manifest.Capability, policyFacts string) string {
 	if c.RateLimit != nil {
 		fmt.Fprintf(&b, " Rate limit %s.", c.RateLimit.Text)
 	}
+	b.WriteString(interlockFacts(c))
 	b.WriteString(policyFacts)
 	if compensable(c) {
 		b.WriteString(" Compensable: the response names the call that restores the previous value.")

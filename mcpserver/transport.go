@@ -32,24 +32,39 @@ const EndpointPath = "/mcp"
 // requests that arrive on a loopback address with a non-loopback Host header
 // (DNS rebinding protection, left on).
 type HTTPHandler struct {
-	mux       *http.ServeMux
-	transport *server.StreamableHTTPServer
+	mux        *http.ServeMux
+	logger     *slog.Logger
+	transports []*server.StreamableHTTPServer // one per endpoint (see NewEndpointsHandler)
 }
 
 // NewHTTPHandler wraps s for HTTP. logger receives transport-level events
 // (nil means slog.Default()).
 func NewHTTPHandler(s *server.MCPServer, logger *slog.Logger) *HTTPHandler {
+	h := newHTTPHandler(logger)
+	h.mount(EndpointPath, s)
+	return h
+}
+
+func newHTTPHandler(logger *slog.Logger) *HTTPHandler {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	t := server.NewStreamableHTTPServer(s, server.WithStreamableHTTPLogger(logger))
-	mux := http.NewServeMux()
-	mux.Handle(EndpointPath, t)
-	return &HTTPHandler{mux: mux, transport: t}
+	return &HTTPHandler{mux: http.NewServeMux(), logger: logger}
+}
+
+// mount serves s at path.
+func (h *HTTPHandler) mount(path string, s *server.MCPServer) {
+	t := server.NewStreamableHTTPServer(s, server.WithStreamableHTTPLogger(h.logger))
+	h.mux.Handle(path, t)
+	h.transports = append(h.transports, t)
 }
 
 func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
 // CloseSessions ends every open session, which releases long-lived GET
 // streams so that http.Server.Shutdown can finish.
-func (h *HTTPHandler) CloseSessions(ctx context.Context) { h.transport.CloseSessions(ctx) }
+func (h *HTTPHandler) CloseSessions(ctx context.Context) {
+	for _, t := range h.transports {
+		t.CloseSessions(ctx)
+	}
+}

@@ -388,7 +388,9 @@ func (v *validator) identity(id *Identity) {
 			if pr.RoleClaim == "" {
 				pr.RoleClaim = "role"
 			}
-			v.warnf(pr.At.Of("type"), path, "jwt providers are parsed but not yet used to authenticate; their callers get no role")
+			if !pr.At.Has("key_file") {
+				v.errorf(pr.At.Self, path, "a jwt provider needs key_file (an HMAC secret of at least 32 bytes, or the issuer's PEM public key) to verify signatures")
+			}
 		case "mtls":
 			if pr.CACertPath == "" {
 				v.errorf(pr.At.Of("ca_cert_path"), path, "an mtls provider needs ca_cert_path")

@@ -197,7 +197,7 @@ var policyEdits = []edit{
 	// Warnings.
 	{name: "unused window", base: pumpSkid, old: "deny_during: [night_shift, sunday_maintenance]", new: "deny_during: [night_shift]", at: "sunday_maintenance:\n", msg: "no rule uses this time window", warning: true},
 	{name: "role below the manifest minimum", base: greenhouse, old: "[operator, supervisor, admin]", new: "[none, operator]", at: "[none", msg: "role none is below the manifest's requires_permission operator", warning: true},
-	{name: "jwt parsed only", base: greenhouse, old: "  providers:\n", new: "  providers:\n    - type: jwt\n      issuer: https://id.example\n      audience: physmcpd\n", at: "jwt\n", msg: "not yet used", warning: true},
+	{name: "jwt without key_file", base: greenhouse, old: "  providers:\n", new: "  providers:\n    - type: jwt\n      issuer: https://id.example\n      audience: physmcpd\n", at: "type: jwt", msg: "needs key_file"},
 	{name: "empty rules", base: greenhouse, old: "  do_vent_fan:\n    rules:\n      - type: permission\n        require: [operator, supervisor, admin]\n", new: "  do_vent_fan:\n    rules: []\n", at: "[]", msg: "no rules", warning: true},
 }
 

@@ -27,13 +27,15 @@ func realOpeners() drivers.Openers {
 }
 
 // openEngine opens every bus of m (all simulated when simulate is set) and
-// binds the engine to them. On failure nothing stays open.
-func openEngine(ctx context.Context, m *manifest.Manifest, p *policy.Policy, simulate bool, logger *slog.Logger) (*engine.Engine, error) {
+// binds the engine to them with opts (its Logger is set to logger). On
+// failure nothing stays open.
+func openEngine(ctx context.Context, m *manifest.Manifest, p *policy.Policy, simulate bool, logger *slog.Logger, opts engine.Options) (*engine.Engine, error) {
 	buses, err := drivers.OpenAll(ctx, m, realOpeners(), sim.Open, simulate)
 	if err != nil {
 		return nil, err
 	}
-	e, err := engine.New(m, p, buses, engine.Options{Logger: logger})
+	opts.Logger = logger
+	e, err := engine.New(m, p, buses, opts)
 	if err != nil {
 		for _, b := range buses {
 			b.Close()

@@ -20,14 +20,12 @@ import (
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/mcpserver"
 	"github.com/physmcp/physmcpd/policy"
+	"github.com/physmcp/physmcpd/profiles"
 )
 
 func init() {
-	register("serve", "serve the device's tools over MCP (stdio or streamable HTTP)", runServe)
+	register("serve", "serve the device's tools over MCP (stdio, a serial line or streamable HTTP)", runServe)
 }
-
-// buildVersion is set at link time (-ldflags "-X main.buildVersion=...").
-var buildVersion = "dev"
 
 // serveConfig is the serve command line.
 type serveConfig struct {
@@ -37,6 +35,12 @@ type serveConfig struct {
 	httpAddr         string
 	allowRemote      bool
 	logLevel         slog.Level
+	profile          string // full or lite; empty: the manifest's, else full
+	serialPort       string
+	baud             int
+	group            string // the manifest group to serve; HTTP without it serves every group
+	access           accessFlags
+	stateDir         string // empty: the default on hardware, none when simulating (stateDirFor)
 }
 
 func runServe(args []string, stdout, stderr io.Writer) int {
@@ -55,7 +59,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: physmcpd serve --manifest FILE [--policy FILE] [--simulate] [--stdio | --http ADDR [--allow-remote]] [--log-level LEVEL]")
+		fmt.Fprintln(stderr, "usage: physmcpd serve --manifest FILE [--policy FILE] [--simulate] [--profile full|lite] [--stdio | --serial PORT [--baud N] | --http ADDR [--allow-remote]] [--log-level LEVEL]")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&cfg.manifest, "manifest", "", "device manifest (physmcp.manifest.yml), required")
@@ -63,7 +67,13 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int) {
 	fs.BoolVar(&cfg.simulate, "simulate", false, "serve every bus from its simulator instead of the hardware")
 	fs.BoolVar(&cfg.stdio, "stdio", false, "serve MCP on stdin/stdout (the default)")
 	fs.StringVar(&cfg.httpAddr, "http", "", "serve streamable HTTP at ADDR (e.g. 127.0.0.1:8765), endpoint "+mcpserver.EndpointPath)
-	fs.BoolVar(&cfg.allowRemote, "allow-remote", false, "allow --http on a non-loopback address (HTTP callers are not authenticated yet)")
+	fs.BoolVar(&cfg.allowRemote, "allow-remote", false, "allow --http on a non-loopback address (needs identity providers in the policy: callers must authenticate)")
+	cfg.access.register(fs)
+	fs.StringVar(&cfg.profile, "profile", "", "full or lite (default: the manifest's profile, else full); lite serves read_* and can_do only")
+	fs.StringVar(&cfg.serialPort, "serial", "", "serve newline-delimited JSON-RPC on the serial line PORT (e.g. /dev/ttyS0), 8N1")
+	fs.IntVar(&cfg.baud, "baud", 115200, "baud rate for --serial")
+	fs.StringVar(&cfg.group, "group", "", "serve only this manifest group's endpoint (stdio and --serial serve one endpoint: the ungrouped capabilities unless given)")
+	fs.StringVar(&cfg.stateDir, "state-dir", "", "directory for idempotency keys, cooldowns, rate windows and the audit trail (full profile; default "+defaultStateDir+", none with --simulate)")
 	level := fs.String("log-level", "info", "debug, info, warn or error (logs go to stderr)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -81,8 +91,16 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int) {
 	if cfg.manifest == "" {
 		return usageError("--manifest is required")
 	}
-	if cfg.stdio && cfg.httpAddr != "" {
-		return usageError("give --stdio or --http, not both")
+	if n := countTrue(cfg.stdio, cfg.httpAddr != "", cfg.serialPort != ""); n > 1 {
+		return usageError("give one of --stdio, --serial or --http")
+	}
+	if cfg.profile != "" {
+		if _, err := profiles.Lookup(cfg.profile); err != nil {
+			return usageError("--profile: %v", err)
+		}
+	}
+	if cfg.baud <= 0 {
+		return usageError("--baud %d: must be positive", cfg.baud)
 	}
 	if err := cfg.logLevel.UnmarshalText([]byte(*level)); err != nil {
 		return usageError("--log-level %q: want debug, info, warn or error", *level)
@@ -92,11 +110,14 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int) {
 			return usageError("%v", err)
 		}
 	}
+	if err := cfg.access.check(); err != nil {
+		return usageError("%v", err)
+	}
 	return cfg, -1
 }
 
-// checkListenAddr refuses addresses other hosts can reach unless allowed:
-// until HTTP authentication lands every HTTP caller gets the local role.
+// checkListenAddr refuses addresses other hosts can reach unless allowed;
+// serve then also requires the policy to authenticate HTTP callers.
 func checkListenAddr(addr string, allowRemote bool) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -108,8 +129,8 @@ func checkListenAddr(addr string, allowRemote bool) error {
 	if allowRemote || isLoopback(host) {
 		return nil
 	}
-	return fmt.Errorf("--http %q is not a loopback address: HTTP callers are not authenticated yet (authentication arrives in a later release) "+
-		"and would act with the local role; listen on 127.0.0.1 or [::1], or pass --allow-remote to accept that risk", addr)
+	return fmt.Errorf("--http %q is not a loopback address: listen on 127.0.0.1 or [::1], or pass --allow-remote "+
+		"(which needs identity providers in the policy, so that every caller authenticates; see docs/security.md)", addr)
 }
 
 func isLoopback(host string) bool {
@@ -129,10 +150,21 @@ func serve(ctx context.Context, cfg serveConfig, stdin io.Reader, stdout, stderr
 	if !ok {
 		return 1
 	}
+	prof, m, err := applyProfile(cfg, m, logger)
+	if err != nil {
+		logger.Error("cannot serve", "err", err)
+		return 1
+	}
 	if p == nil {
 		logger.Warn("no --policy given: every caller has role none, so tools that need a role are refused")
 	}
-	e, err := openEngine(ctx, m, p, cfg.simulate, logger)
+	dur, opts, err := openDurable(cfg, prof, m, logger)
+	if err != nil {
+		logger.Error("cannot open the state directory", "err", err)
+		return 1
+	}
+	defer dur.close(logger)
+	e, err := openEngine(ctx, m, p, cfg.simulate, logger, opts)
 	if err != nil {
 		logger.Error("cannot start", "err", err)
 		return 1
@@ -142,42 +174,67 @@ func serve(ctx context.Context, cfg serveConfig, stdin io.Reader, stdout, stderr
 			logger.Warn("closing the buses", "err", err)
 		}
 	}()
+	defer guardSafeState(ctx, e, logger)()
 
 	local := engine.Caller{Identity: "local", Role: p.LocalRole()}
-	s, err := mcpserver.New(e, mcpserver.Options{
+	eps, err := endpoints(e, mcpserver.Options{
 		Version: buildVersion,
 		Logger:  logger,
-		// HTTP callers get the local role too until authentication lands
-		// (which is why --http refuses non-loopback addresses by default).
-		Caller: func(context.Context) engine.Caller { return local },
-	})
+		// HTTP callers are who the access middleware authenticated.
+		Caller: mcpserver.CallerFrom(local),
+	}, cfg)
 	if err != nil {
 		logger.Error("cannot build the MCP server", "err", err)
 		return 1
 	}
-	logger.Info("serving", "device", m.Device.ID, "tools", len(e.Tools()), "simulate", cfg.simulate, "local_role", local.Role)
+	s := eps[0].Server
+	logger.Info("serving", "device", m.Device.ID, "profile", prof.Name, "tools", len(e.Tools()), "simulate", cfg.simulate, "local_role", local.Role)
 
-	if cfg.httpAddr == "" {
-		if err := mcpserver.ServeStdio(ctx, s, stdin, stdout); err != nil {
+	switch cfg.transport() {
+	case profiles.Serial:
+		stopping := notifyReady(ctx, logger)
+		defer stopping()
+		if err := mcpserver.ServeSerial(ctx, s, mcpserver.SerialPort{Path: cfg.serialPort, Baud: cfg.baud}, streamLimits(prof), logger); err != nil {
+			logger.Error("serial transport failed", "err", err)
+			return 1
+		}
+	case profiles.Stdio:
+		stopping := notifyReady(ctx, logger)
+		defer stopping()
+		if err := mcpserver.ServeStream(ctx, s, stdin, stdout, streamLimits(prof)); err != nil {
 			logger.Error("stdio transport failed", "err", err)
 			return 1
 		}
-		logger.Info("stopped")
-		return 0
+	default:
+		acc, err := httpAccess(cfg, m, p, e, logger)
+		if err != nil {
+			logger.Error("cannot serve HTTP", "err", err)
+			return 1
+		}
+		return serveHTTP(ctx, cfg, mcpserver.NewEndpointsHandler(eps, logger), acc, logger)
 	}
-	return serveHTTP(ctx, cfg.httpAddr, mcpserver.NewHTTPHandler(s, logger), logger)
+	logger.Info("stopped")
+	return 0
 }
 
-func serveHTTP(ctx context.Context, addr string, h *mcpserver.HTTPHandler, logger *slog.Logger) int {
-	ln, err := net.Listen("tcp", addr)
+func serveHTTP(ctx context.Context, cfg serveConfig, h *mcpserver.HTTPHandler, acc mcpserver.Access, logger *slog.Logger) int {
+	ln, err := net.Listen("tcp", cfg.httpAddr)
 	if err != nil {
-		logger.Error("cannot listen", "addr", addr, "err", err)
+		logger.Error("cannot listen", "addr", cfg.httpAddr, "err", err)
 		return 1
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: mcpserver.Protect(h, acc), ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	logger.Info("listening", "url", "http://"+ln.Addr().String()+mcpserver.EndpointPath)
+	scheme := "http"
+	if cfg.access.tls() {
+		scheme = "https"
+		go func() { done <- srv.ServeTLS(ln, cfg.access.tlsCert, cfg.access.tlsKey) }()
+	} else {
+		go func() { done <- srv.Serve(ln) }()
+	}
+	logger.Info("listening", "url", scheme+"://"+ln.Addr().String()+mcpserver.EndpointPath)
+	stopping := notifyReady(ctx, logger)
+	defer stopping()
 
 	select {
 	case err := <-done:
@@ -219,4 +276,14 @@ func printDiags(w io.Writer, diags strictyaml.Diags) {
 	for _, d := range diags {
 		fmt.Fprintln(w, d)
 	}
+}
+
+func countTrue(bs ...bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }

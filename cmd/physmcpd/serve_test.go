@@ -31,7 +31,7 @@ func TestCheckListenAddr(t *testing.T) {
 		{"localhost:0", false, ""},
 		{"0.0.0.0:8765", false, "not a loopback address"},
 		{":8765", false, "not a loopback address"},
-		{"192.168.1.20:8765", false, "authentication arrives in a later release"},
+		{"192.168.1.20:8765", false, "needs identity providers in the policy"},
 		{"0.0.0.0:8765", true, ""},
 		{"8765", false, "want HOST:PORT"},
 		{"127.0.0.1:", false, "the port is missing"},
@@ -49,12 +49,13 @@ func TestCheckListenAddr(t *testing.T) {
 
 func TestServeUsageErrors(t *testing.T) {
 	cases := map[string][]string{
-		"--manifest is required":              {"--stdio"},
-		"not both":                            {"--manifest", "m.yml", "--stdio", "--http", "127.0.0.1:1"},
-		`--log-level "loud"`:                  {"--manifest", "m.yml", "--log-level", "loud"},
-		"not a loopback address":              {"--manifest", "m.yml", "--http", "0.0.0.0:1"},
-		`unexpected argument "extra"`:         {"--manifest", "m.yml", "extra"},
-		"flag provided but not defined: -tcp": {"--manifest", "m.yml", "--tcp"},
+		"--manifest is required":                  {"--stdio"},
+		"give one of --stdio, --serial or --http": {"--manifest", "m.yml", "--stdio", "--http", "127.0.0.1:1"},
+		"--baud 0: must be positive":              {"--manifest", "m.yml", "--serial", "/dev/ttyS0", "--baud", "0"},
+		`--log-level "loud"`:                      {"--manifest", "m.yml", "--log-level", "loud"},
+		"not a loopback address":                  {"--manifest", "m.yml", "--http", "0.0.0.0:1"},
+		`unexpected argument "extra"`:             {"--manifest", "m.yml", "extra"},
+		"flag provided but not defined: -tcp":     {"--manifest", "m.yml", "--tcp"},
 	}
 	for want, args := range cases {
 		var stderr bytes.Buffer
@@ -119,6 +120,8 @@ func TestServeHTTPShutsDownCleanly(t *testing.T) {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
+	// The example policy names static tokens, so HTTP callers authenticate.
+	req.Header.Set("Authorization", "Bearer operator-example-token-do-not-use")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

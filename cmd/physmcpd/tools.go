@@ -13,6 +13,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/mcpserver"
 	"github.com/physmcp/physmcpd/promcp"
@@ -84,12 +85,13 @@ func runTools(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("tools", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: physmcpd tools --manifest FILE [--policy FILE] [--json]")
+		fmt.Fprintln(stderr, "usage: physmcpd tools --manifest FILE [--policy FILE] [--group NAME] [--json]")
 		fs.PrintDefaults()
 	}
 	manifestPath := fs.String("manifest", "", "device manifest (physmcp.manifest.yml), required")
 	policyPath := fs.String("policy", "", "policy (physmcp.policy.yml)")
 	asJSON := fs.Bool("json", false, "print the tool list as JSON (for the proMCP linter)")
+	group := fs.String("group", "", "list only the tools of this manifest group's endpoint")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -106,13 +108,16 @@ func runTools(args []string, stdout, stderr io.Writer) int {
 	}
 	// Listing never touches hardware: every bus is simulated.
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	e, err := openEngine(context.Background(), m, p, true, logger)
+	e, err := openEngine(context.Background(), m, p, true, logger, engine.Options{})
 	if err != nil {
 		fmt.Fprintf(stderr, "physmcpd tools: %v\n", err)
 		return 1
 	}
 	defer e.Close()
 	tools, err := mcpserver.Tools(e)
+	if *group != "" {
+		tools, err = mcpserver.GroupTools(e, *group)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "physmcpd tools: %v\n", err)
 		return 1

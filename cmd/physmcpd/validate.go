@@ -10,6 +10,7 @@ import (
 	"github.com/physmcp/physmcpd/internal/strictyaml"
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/policy"
+	"github.com/physmcp/physmcpd/profiles"
 )
 
 func init() {
@@ -23,8 +24,9 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	manifestPath := fs.String("manifest", "", "the device manifest (physmcp.manifest.yml); required")
 	policyPath := fs.String("policy", "", "the policy (physmcp.policy.yml); optional")
+	profileName := fs.String("profile", "", "check for this profile (full or lite; default: the manifest's)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: physmcpd validate --manifest FILE [--policy FILE]")
+		fmt.Fprintln(stderr, "usage: physmcpd validate --manifest FILE [--policy FILE] [--profile full|lite]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -36,6 +38,12 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	if *manifestPath == "" || fs.NArg() > 0 {
 		fs.Usage()
 		return 2
+	}
+	if *profileName != "" {
+		if _, err := profiles.Lookup(*profileName); err != nil {
+			fmt.Fprintf(stderr, "physmcpd validate: --profile: %v\n", err)
+			return 2
+		}
 	}
 	m, diags := manifest.Load(*manifestPath)
 	var p *policy.Policy
@@ -56,7 +64,7 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout)
 		fmt.Fprint(stdout, w.String())
 	}
-	return 0
+	return profileNotes(stdout, stderr, *profileName, m)
 }
 
 // summary lists the tools the device will expose, one line each.
@@ -127,4 +135,25 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// profileNotes says what a profile chosen on the command line changes (the
+// manifest's own profile key is checked, with positions, by manifest.Load).
+func profileNotes(stdout, stderr io.Writer, name string, m *manifest.Manifest) int {
+	if name == "" || name == m.Profile {
+		return 0
+	}
+	prof, _ := profiles.Lookup(name)
+	_, hidden, err := prof.Apply(m)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", m.File, err)
+		return 1
+	}
+	if len(hidden) > 0 {
+		fmt.Fprintln(stdout)
+	}
+	for _, tool := range hidden {
+		fmt.Fprintf(stdout, "%s: note: the %s profile serves no do_ tools; %s will not be exposed\n", m.File, prof.Name, tool)
+	}
+	return 0
 }

@@ -146,8 +146,7 @@ func (h *lineHandle) Write(ctx context.Context, level bool) error {
 		return fmt.Errorf("%s: line %s is an input", h.ch.desc, h.l.label())
 	}
 	h.l.physical = level != h.l.activeLow
-	h.ch.written(region{0, h.l.offset, h.l.offset + 1})
-	return nil
+	return h.ch.written(region{0, h.l.offset, h.l.offset + 1})
 }
 
 func (l *simLine) label() string {

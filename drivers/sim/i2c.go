@@ -97,7 +97,9 @@ func (s *I2C) Tx(ctx context.Context, addr uint16, w, r []byte) error {
 			}
 			var touched []region
 			s.spans(addr, start, len(data), func(q region) { touched = append(touched, q) })
-			s.written(touched...)
+			if err := s.written(touched...); err != nil {
+				return err
+			}
 		}
 	}
 	if len(r) > 0 {

@@ -252,8 +252,7 @@ func (ms *Modbus) WriteCoils(ctx context.Context, unit uint8, addr uint16, value
 	for i, v := range values {
 		mem[addr+uint16(i)] = v
 	}
-	ms.written(region{space(unit, manifest.TableCoil), int(addr), int(addr) + len(values)})
-	return nil
+	return ms.written(region{space(unit, manifest.TableCoil), int(addr), int(addr) + len(values)})
 }
 
 // WriteRegisters writes one holding register (FC6) or several (FC16).
@@ -278,8 +277,7 @@ func (ms *Modbus) WriteRegisters(ctx context.Context, unit uint8, addr uint16, v
 	for i, v := range values {
 		mem[addr+uint16(i)] = v
 	}
-	ms.written(region{space(unit, manifest.TableHolding), int(addr), int(addr) + len(values)})
-	return nil
+	return ms.written(region{space(unit, manifest.TableHolding), int(addr), int(addr) + len(values)})
 }
 
 // SetRegisters puts raw values into a unit's table (holding or input), as the

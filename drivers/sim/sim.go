@@ -94,6 +94,11 @@ func open(ctx context.Context, opt Options, r *registry, m *manifest.Manifest, b
 	if err != nil {
 		return nil, fmt.Errorf("simulated bus %s: %w", name, err)
 	}
+	if s := b.Simulation; s != nil && s.WriteLog != "" {
+		if err := c.openWriteLog(m, name, s.WriteLog); err != nil {
+			return nil, fmt.Errorf("simulated bus %s: %w", name, err)
+		}
+	}
 	c.register()
 	return bus, nil
 }
@@ -141,6 +146,8 @@ type core struct {
 
 	txs, writes atomic.Int64
 	closed      atomic.Bool
+
+	wlog *writeLog // nil unless the bus has simulation.write_log
 }
 
 func newCore(opt Options, r *registry, m *manifest.Manifest, b *manifest.Bus) (*core, error) {
@@ -193,6 +200,11 @@ func (c *core) Describe() string { return c.desc }
 func (c *core) Close() error {
 	if c.closed.Swap(true) {
 		return nil
+	}
+	if c.wlog != nil {
+		c.mu.Lock()
+		c.wlog.f.Close()
+		c.mu.Unlock()
 	}
 	c.reg.mu.Lock()
 	defer c.reg.mu.Unlock()
@@ -361,17 +373,23 @@ func (c *core) refresh(q region) error {
 }
 
 // written counts an applied write and records what it left in the do points
-// it touched (caller holds mu).
-func (c *core) written(spans ...region) {
+// it touched, in the write log too when there is one (caller holds mu).
+func (c *core) written(spans ...region) error {
 	c.writes.Add(1)
+	var touched []*simPoint
 	for _, p := range c.points {
 		for _, q := range spans {
 			if p.c.Kind == manifest.KindDo && p.cell.region().overlaps(q) {
 				p.remember()
+				touched = append(touched, p)
 				break
 			}
 		}
 	}
+	if c.wlog == nil || len(touched) == 0 {
+		return nil
+	}
+	return c.wlog.append(c.now(), touched)
 }
 
 // add seeds a point's memory and lists it. A point without a value of its own

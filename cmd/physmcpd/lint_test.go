@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/physmcp/physmcpd/manifest"
+	"github.com/physmcp/physmcpd/mcpserver"
+)
+
+// The tokens are the example policies' documented example tokens.
+var lintExamples = []struct{ name, manifest, policy, token string }{
+	{"greenhouse", "../../examples/physmcp.manifest.yml", "../../examples/physmcp.policy.yml", "operator-example-token-do-not-use"},
+	{"pump-skid", "../../examples/pump-skid/physmcp.manifest.yml", "../../examples/pump-skid/physmcp.policy.yml", "supervisor-example-token"},
+}
+
+func exampleGroups(t *testing.T, path string) []string {
+	t.Helper()
+	m, diags := manifest.Load(path)
+	if m == nil || diags.HasErrors() {
+		t.Fatalf("%s: %v", path, diags)
+	}
+	return mcpserver.Groups(m)
+}
+
+// Every endpoint of every example passes lint --strict from its tool list.
+func TestLintExampleToolListsStrict(t *testing.T) {
+	for _, ex := range lintExamples {
+		for _, g := range exampleGroups(t, ex.manifest) {
+			args := []string{"--manifest", ex.manifest, "--policy", ex.policy, "--json"}
+			if g != "" {
+				args = append(args, "--group", g)
+			}
+			var list, stderr bytes.Buffer
+			if code := runTools(args, &list, &stderr); code != 0 {
+				t.Fatalf("%s %q: tools exit %d: %s", ex.name, g, code, stderr.String())
+			}
+			file := filepath.Join(t.TempDir(), "tools.json")
+			if err := os.WriteFile(file, list.Bytes(), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			if code := runLint([]string{"--strict", file}, &out, &out); code != 0 || !strings.Contains(out.String(), "0 error(s), 0 warning(s)") {
+				t.Errorf("%s %q: lint --strict exit %d:\n%s", ex.name, g, code, out.String())
+			}
+		}
+	}
+}
+
+// Every HTTP endpoint serve opens passes lint --strict, live checks included.
+func TestLintExampleEndpointsLiveStrict(t *testing.T) {
+	for _, ex := range lintExamples {
+		t.Run(ex.name, func(t *testing.T) {
+			base := startServe(t, ex.manifest, ex.policy)
+			groups := exampleGroups(t, ex.manifest)
+			for _, g := range groups {
+				url := base + mcpserver.GroupPath(g)
+				var out bytes.Buffer
+				code := runLint([]string{"--strict", "--url", url, "--header", "Authorization: Bearer " + ex.token}, &out, &out)
+				if code != 0 || !strings.Contains(out.String(), "static + live") || !strings.Contains(out.String(), "0 error(s), 0 warning(s)") {
+					t.Errorf("lint --strict --url %s: exit %d:\n%s", url, code, out.String())
+				}
+				t.Logf("%s", strings.TrimSpace(out.String()))
+			}
+		})
+	}
+}
+
+// startServe runs serve on a free loopback port until the test ends and
+// returns the server's base URL.
+func startServe(t *testing.T, manifestPath, policyPath string) string {
+	t.Helper()
+	cfg, code := parseServe([]string{"--manifest", manifestPath, "--policy", policyPath, "--simulate", "--http", "127.0.0.1:0"}, io.Discard)
+	if code >= 0 {
+		t.Fatalf("parse: exit %d", code)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var stderr serveLogBuffer
+	exit := make(chan int, 1)
+	go func() { exit <- serve(ctx, cfg, strings.NewReader(""), io.Discard, &stderr) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-exit:
+		case <-time.After(10 * time.Second):
+			t.Error("serve did not stop")
+		}
+	})
+	listening := regexp.MustCompile(`url=(http://[^/\s]+)`)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if m := listening.FindStringSubmatch(stderr.String()); m != nil {
+			return m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not start: %s", stderr.String())
+		}
+	}
+}
+
+func TestLintBrokenListAndExitCodes(t *testing.T) {
+	var out bytes.Buffer
+	if code := runLint([]string{"../../lint/testdata/broken-tools.json"}, &out, &out); code != 1 {
+		t.Errorf("broken list: exit %d, want 1:\n%s", code, out.String())
+	}
+	for _, id := range []string{"name-verb", "do-idempotency-key", "cando-intent", "cando-single", "permission-enum", "read-side-effects", "do-density"} {
+		if !strings.Contains(out.String(), " "+id+" ") {
+			t.Errorf("broken list: no %s finding in:\n%s", id, out.String())
+		}
+	}
+
+	// Warnings alone pass, and fail under --strict: physmcpd's own list with
+	// one read renamed to a generic name.
+	var list, stderr bytes.Buffer
+	if code := runTools([]string{"--manifest", lintExamples[0].manifest, "--policy", lintExamples[0].policy, "--json"}, &list, &stderr); code != 0 {
+		t.Fatalf("tools: exit %d: %s", code, stderr.String())
+	}
+	file := filepath.Join(t.TempDir(), "generic.json")
+	generic := strings.ReplaceAll(list.String(), `"read_door_closed"`, `"read_data"`)
+	if err := os.WriteFile(file, []byte(generic), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{file}, 0},
+		{[]string{"--strict", file}, 1},
+		{[]string{"--json", "--strict", file}, 1},
+		{nil, 2},
+		{[]string{file, "--url", "http://127.0.0.1:1/mcp"}, 2},
+		{[]string{"--url", "http://127.0.0.1:1/mcp", "--timeout", "5s"}, 2},
+		{[]string{"--stdio", `"unterminated`}, 2},
+		{[]string{"--header", "X: y", file}, 2},
+		{[]string{filepath.Join(t.TempDir(), "missing.json")}, 2},
+		{[]string{"--rules"}, 0},
+	} {
+		var out bytes.Buffer
+		if code := runLint(tc.args, &out, &out); code != tc.want {
+			t.Errorf("lint %q: exit %d, want %d:\n%s", tc.args, code, tc.want, out.String())
+		}
+	}
+}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"bytes"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/physmcp/physmcpd/auth"
+	"github.com/physmcp/physmcpd/engine"
+	"github.com/physmcp/physmcpd/manifest"
+	"github.com/physmcp/physmcpd/mcpserver"
+	"github.com/physmcp/physmcpd/policy"
+)
+
+// accessFlags are serve's flags for who may use the HTTP endpoints.
+type accessFlags struct {
+	tlsCert, tlsKey string
+	overrideKey     string
+	origins         stringList
+	maxBody         int64
+}
+
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+func (f *accessFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "serve HTTPS with this certificate (PEM); needs --tls-key")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "private key (PEM) for --tls-cert")
+	fs.StringVar(&f.overrideKey, "override-key", "", "key file that verifies emergency override tokens (see physmcpd token override)")
+	fs.Var(&f.origins, "allow-origin", "a browser Origin allowed besides loopback and same-origin ones, e.g. https://console.example.com (repeatable)")
+	fs.Int64Var(&f.maxBody, "max-body", mcpserver.DefaultMaxBodyBytes, "largest HTTP request body in bytes (larger ones get 413)")
+}
+
+// check validates the flags that need no files.
+func (f *accessFlags) check() error {
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if f.maxBody <= 0 {
+		return fmt.Errorf("--max-body %d: must be positive", f.maxBody)
+	}
+	return nil
+}
+
+func (f *accessFlags) tls() bool { return f.tlsCert != "" }
+
+// httpAccess builds the HTTP access rules: the authenticator from the
+// policy's identity and emergency sections, and the refusal to listen beyond
+// loopback without authentication.
+func httpAccess(cfg serveConfig, m *manifest.Manifest, p *policy.Policy, e *engine.Engine, logger *slog.Logger) (mcpserver.Access, error) {
+	f := cfg.access
+	var key []byte
+	if f.overrideKey != "" {
+		data, err := os.ReadFile(f.overrideKey)
+		if err != nil {
+			return mcpserver.Access{}, fmt.Errorf("--override-key: %w", err)
+		}
+		key = bytes.TrimSpace(data)
+		if p == nil || p.Emergency == nil {
+			return mcpserver.Access{}, errors.New("--override-key given, but the policy has no emergency section: overrides are not allowed")
+		}
+	} else if p != nil && p.Emergency != nil {
+		logger.Warn("the policy allows emergency overrides but --override-key was not given: override tokens are refused")
+	}
+	a, err := auth.New(p, auth.Options{DeviceID: m.Device.ID, OverrideKey: key, Logger: logger})
+	if err != nil {
+		return mcpserver.Access{}, err
+	}
+	if f.tls() {
+		if _, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey); err != nil {
+			return mcpserver.Access{}, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+	}
+	host, _, _ := net.SplitHostPort(cfg.httpAddr)
+	switch remote := !isLoopback(host); {
+	case remote && !a.Required():
+		return mcpserver.Access{}, fmt.Errorf("--http %s reaches beyond this machine, but the policy names no identity providers: "+
+			"every caller would act unauthenticated; add identity.providers to the policy (see docs/security.md)", cfg.httpAddr)
+	case remote && !f.tls():
+		logger.Warn("serving HTTP beyond loopback without TLS: bearer tokens cross the network in clear; give --tls-cert and --tls-key")
+	}
+	if a.Required() {
+		logger.Info("HTTP callers must authenticate", "providers", len(p.Identity.Providers))
+	} else {
+		logger.Info("HTTP callers are not authenticated (no identity providers): loopback only, with the local role", "role", p.LocalRole())
+	}
+	return mcpserver.Access{
+		Auth:           a,
+		Local:          auth.Principal{Name: "local", Role: p.LocalRole(), Method: auth.MethodLocal},
+		Permits:        mcpserver.RolePermits(e),
+		AllowedOrigins: f.origins,
+		MaxBodyBytes:   f.maxBody,
+		ResourceName:   m.Device.ID,
+		Logger:         logger,
+	}, nil
+}

@@ -1,0 +1,35 @@
+package engine
+
+import (
+	"slices"
+
+	"github.com/physmcp/physmcpd/manifest"
+	"github.com/physmcp/physmcpd/promcp"
+)
+
+// Permits reports whether role may call tool at all: the roles the manifest
+// and the policy require, without the time windows and limits that change
+// from one moment to the next. Transports use it to list only the tools a
+// caller may use and to refuse the others before they reach the engine.
+// can_do is open to every role.
+func (e *Engine) Permits(tool string, role manifest.Role) bool {
+	if tool == "can_do" {
+		return true
+	}
+	pt, ok := e.points[tool]
+	return ok && e.roleAccess(pt, role).permission == promcp.Allowed
+}
+
+// roleAccess checks the caller's role against the tool's minimum role and the
+// policy's permission rules (any-of).
+func (e *Engine) roleAccess(pt *point, role manifest.Role) decision {
+	if min := e.minRole(pt.c); !role.AtLeast(min) {
+		return deny(promcp.PermissionInsufficient, "%s requires role %s or higher; the caller has %s", pt.tool, min, roleName(role))
+	}
+	for _, r := range e.p.Rules(pt.tool) {
+		if r.Permission != nil && !slices.Contains(r.Permission.Require, role) {
+			return deny(promcp.PermissionInsufficient, "the policy allows %s only to roles %s; the caller has %s", pt.tool, roleList(r.Permission.Require), roleName(role))
+		}
+	}
+	return allow()
+}

@@ -1,0 +1,127 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/physmcp/physmcpd/manifest"
+	"github.com/physmcp/physmcpd/promcp"
+)
+
+// safeValue is the value a do point is driven to at start-up, on shutdown and
+// after the dead-man timeout: its safe_value, else for a GPIO output the
+// logical value of its binding's safe_level.
+func safeValue(c *manifest.Capability) (any, bool) {
+	if c.SafeValue != nil {
+		return c.SafeValue, true
+	}
+	if g := c.Binding.GPIO; g != nil && g.SafeLevel != nil && c.DataType == manifest.TypeBool {
+		return *g.SafeLevel != g.ActiveLow, true
+	}
+	return nil, false
+}
+
+// ApplySafeState writes every do point's safe value (points without one are
+// left alone). In-doubt writes are settled first, because the safe value
+// would overwrite the evidence a retry needs. The writes bypass the policy,
+// rate limits and cooldowns, but each one that changes the device is charged
+// to the point's limits (equipment protected by a cooldown is not cycled again
+// right after), logged and audited with why as the reason. Every point is
+// attempted; the error joins the failures.
+func (e *Engine) ApplySafeState(ctx context.Context, why string) error {
+	errs := []error{e.SettleInDoubt(ctx)}
+	for _, t := range e.tools {
+		if t.Kind != ToolDo {
+			continue
+		}
+		pt := e.points[t.Name]
+		v, ok := safeValue(pt.c)
+		if !ok {
+			continue
+		}
+		if err := e.applySafe(ctx, pt, v, why); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", pt.tool, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (e *Engine) applySafe(ctx context.Context, pt *point, v any, why string) error {
+	at, began := e.now(), time.Now()
+	value, _, verr := validate(pt.c, v)
+	if verr != nil {
+		return fmt.Errorf("safe value %v: %w", v, verr)
+	}
+	resp := e.response(pt, "")
+	resp.Reason = why
+	defer func() {
+		e.auditDo(Caller{Identity: "physmcpd"}, pt, promcp.DoRequest{Value: value}, resp, OutcomeSafeState, at, time.Since(began))
+	}()
+	prev, perr := e.readFresh(ctx, pt)
+	if perr == nil {
+		resp.PreviousValue = prev.value
+	}
+	// The write goes around the circuit breaker on purpose: an actuator must be
+	// tried whenever it is to be made safe, even if its device failed recently.
+	if err := e.timed(ctx, pt, func(ctx context.Context) error { return pt.drv.Write(ctx, value) }); err != nil {
+		resp.Reason = fmt.Sprintf("%s: write failed: %v", why, err)
+		e.log.Error("safe state not applied", "tool", pt.tool, "value", value, "why", why, "err", err)
+		return fmt.Errorf("write safe value %v: %w", value, err)
+	}
+	changed := perr != nil || !sameValue(pt, prev.value, value)
+	if changed {
+		if err := e.charge(pt, e.now(), value); err != nil {
+			resp.Warnings = append(resp.Warnings, fmt.Sprintf("the write history could not be recorded: %v", err))
+		}
+	} else {
+		e.invalidate(pt)
+	}
+	resp.Status, resp.AppliedValue = promcp.StatusSuccess, value
+	if back, err := e.readFresh(ctx, pt); err != nil {
+		resp.Warnings = append(resp.Warnings, fmt.Sprintf("written, but the read-back failed: %v", err))
+	} else if resp.AppliedValue = back.value; !sameValue(pt, back.value, value) {
+		resp.Status = promcp.StatusPartial
+		resp.Warnings = append(resp.Warnings, fmt.Sprintf("wrote %v but the device reports %v", value, back.value))
+	}
+	resp.Timestamp = promcp.Time(e.now())
+	e.log.Info("safe state applied", "tool", pt.tool, "why", why, "previous", resp.PreviousValue, "applied", resp.AppliedValue, "changed", changed)
+	if resp.Status != promcp.StatusSuccess {
+		return fmt.Errorf("wrote safe value %v but the device reports %v", value, resp.AppliedValue)
+	}
+	return nil
+}
+
+// DeadManTimeout is the manifest's safe_state.dead_man_timeout_ms (0: none).
+func (e *Engine) DeadManTimeout() time.Duration { return e.m.SafeState.DeadManTimeout() }
+
+// touch notes a do_* call: the agent in charge is alive, re-arming the dead man.
+func (e *Engine) touch() {
+	e.deadMu.Lock()
+	e.lastDo, e.deadTripped = e.now(), false
+	e.deadMu.Unlock()
+}
+
+// CheckDeadMan applies the safe state when no do_* call has come for the
+// dead-man timeout since the last call (or since the engine started). It
+// fires once per silence: the next do_* call re-arms it. The caller runs it
+// periodically; fired reports whether it acted.
+func (e *Engine) CheckDeadMan(ctx context.Context) (fired bool, err error) {
+	timeout := e.DeadManTimeout()
+	if timeout <= 0 {
+		return false, nil
+	}
+	e.deadMu.Lock()
+	silent := e.now().Sub(e.lastDo)
+	due := !e.deadTripped && silent >= timeout
+	if due {
+		e.deadTripped = true
+	}
+	e.deadMu.Unlock()
+	if !due {
+		return false, nil
+	}
+	e.log.Warn("no do_* call within the dead-man timeout: applying the safe state", "timeout", timeout, "silent_for", silent)
+	return true, e.ApplySafeState(ctx, fmt.Sprintf("dead-man timeout: no do_* call for %s", timeout))
+}

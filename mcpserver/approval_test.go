@@ -1,0 +1,244 @@
+package mcpserver_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+func startApprovalDevice(t *testing.T) *accessDevice {
+	t.Helper()
+	data, err := os.ReadFile("testdata/access/approval.policy.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startAccessDevice(t, string(data), nil, nil, 0)
+}
+
+// person answers approval forms.
+type person struct {
+	mu     sync.Mutex
+	asked  []mcp.ElicitationParams
+	answer func(mcp.ElicitationParams) *mcp.ElicitationResult
+}
+
+func (p *person) Elicit(_ context.Context, req mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	p.mu.Lock()
+	p.asked = append(p.asked, req.Params)
+	p.mu.Unlock()
+	return p.answer(req.Params), nil
+}
+
+func answering(action mcp.ElicitationResponseAction, approve bool) func(mcp.ElicitationParams) *mcp.ElicitationResult {
+	return func(mcp.ElicitationParams) *mcp.ElicitationResult {
+		return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: action, Content: map[string]any{"approve": approve}}}
+	}
+}
+
+// wire records (and may rewrite) the retried tools/call that carries the
+// approval state, as a misbehaving client or a man in the middle could.
+type wire struct {
+	mu      sync.Mutex
+	rewrite func([]byte) []byte
+	retries []*http.Request
+	bodies  [][]byte
+}
+
+func (w *wire) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			return nil, err
+		}
+		if bytes.Contains(b, []byte(`"requestState"`)) {
+			if w.rewrite != nil {
+				b = w.rewrite(b)
+			}
+			w.mu.Lock()
+			w.retries = append(w.retries, r.Clone(context.Background()))
+			w.bodies = append(w.bodies, b)
+			w.mu.Unlock()
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		r.ContentLength = int64(len(b))
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func resultText(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+// Accepted: exactly one write, on the current protocol (input_required and a
+// retry carrying the state) and on 2025-06-18 (a server-initiated elicitation).
+func TestApprovalAcceptWritesOnce(t *testing.T) {
+	for _, version := range []string{"", "2025-06-18"} {
+		t.Run("protocol "+version, func(t *testing.T) {
+			d := startApprovalDevice(t)
+			who := &person{answer: answering(mcp.ElicitationResponseActionAccept, true)}
+			opts := []client.ClientOption{client.WithElicitationHandler(who)}
+			if version != "" {
+				opts = append(opts, client.WithProtocolVersion(version))
+			}
+			c := d.connect(t, nil, nil, opts...)
+			if _, err := callDo(t, c, "read_boiler_setpoint", nil); err != nil {
+				t.Fatal(err)
+			}
+			res, err := callDo(t, c, "do_boiler_setpoint", map[string]any{"value": 55})
+			if err != nil || res.IsError {
+				t.Fatalf("approved do_: %v %s", err, resultText(res))
+			}
+			if n := d.bus.writes.Load(); n != 1 {
+				t.Errorf("%d writes, want 1", n)
+			}
+			if len(who.asked) != 1 {
+				t.Fatalf("asked %d times", len(who.asked))
+			}
+			msg := who.asked[0].Message
+			for _, want := range []string{"do_boiler_setpoint", "New value: 55 °C", "Previous value: 40 °C", "radiators heat up or cool down", "expires in 30s"} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("form message lacks %q:\n%s", want, msg)
+				}
+			}
+		})
+	}
+}
+
+// Declined, or accepted without ticking approve: nothing is written.
+func TestApprovalDeclineWritesNothing(t *testing.T) {
+	for name, answer := range map[string]func(mcp.ElicitationParams) *mcp.ElicitationResult{
+		"decline":         answering(mcp.ElicitationResponseActionDecline, false),
+		"cancel":          answering(mcp.ElicitationResponseActionCancel, false),
+		"accept unticked": answering(mcp.ElicitationResponseActionAccept, false),
+		"accept no answer": func(mcp.ElicitationParams) *mcp.ElicitationResult {
+			return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionAccept}}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := startApprovalDevice(t)
+			c := d.connect(t, nil, nil, client.WithElicitationHandler(&person{answer: answer}))
+			res, err := callDo(t, c, "do_boiler_setpoint", map[string]any{"value": 55})
+			if err != nil || !res.IsError || !strings.Contains(resultText(res), "requires_human_approval") || !strings.Contains(resultText(res), "declined") {
+				t.Errorf("declined do_: %v %s", err, resultText(res))
+			}
+			if n := d.bus.writes.Load(); n != 0 {
+				t.Errorf("%d writes, want 0", n)
+			}
+		})
+	}
+}
+
+// A client that cannot show a form gets the refusal and nothing is written.
+func TestApprovalWithoutElicitation(t *testing.T) {
+	d := startApprovalDevice(t)
+	c := d.connect(t, nil, nil)
+	res, err := callDo(t, c, "do_boiler_setpoint", map[string]any{"value": 55})
+	if err != nil || !res.IsError || !strings.Contains(resultText(res), "cannot ask a person") {
+		t.Errorf("do_ without elicitation: %v %s", err, resultText(res))
+	}
+	if n := d.bus.writes.Load(); n != 0 {
+		t.Errorf("%d writes, want 0", n)
+	}
+}
+
+// The approved retry sent again is refused: a state is good for one call.
+func TestApprovalReplayRefused(t *testing.T) {
+	d := startApprovalDevice(t)
+	w := &wire{}
+	c := d.connect(t, nil, &http.Client{Transport: w}, client.WithElicitationHandler(&person{answer: answering(mcp.ElicitationResponseActionAccept, true)}))
+	if res, err := callDo(t, c, "do_boiler_setpoint", map[string]any{"value": 55, "idempotency_key": "k-1"}); err != nil || res.IsError {
+		t.Fatalf("approved do_: %v %s", err, resultText(res))
+	}
+	if len(w.retries) != 1 {
+		t.Fatalf("%d retries carried a state, want 1", len(w.retries))
+	}
+	replay := w.retries[0]
+	replay.Body = io.NopCloser(bytes.NewReader(w.bodies[0]))
+	replay.ContentLength = int64(len(w.bodies[0]))
+	replay.RequestURI = ""
+	resp, err := http.DefaultClient.Do(replay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "already used") {
+		t.Errorf("replayed approval: %d %s", resp.StatusCode, body)
+	}
+	if n := d.bus.writes.Load(); n != 1 {
+		t.Errorf("%d writes after the replay, want 1", n)
+	}
+}
+
+var statePayload = regexp.MustCompile(`("requestState":")([A-Za-z0-9_-])`)
+
+// A state altered on the way, or an approval moved to other arguments, is
+// refused and nothing is written.
+func TestApprovalTamperedRefused(t *testing.T) {
+	cases := map[string]struct {
+		rewrite func([]byte) []byte
+		want    string
+	}{
+		"altered state": {func(b []byte) []byte {
+			return statePayload.ReplaceAllFunc(b, func(m []byte) []byte {
+				last := m[len(m)-1]
+				flipped := byte('A')
+				if last == 'A' {
+					flipped = 'B'
+				}
+				return append(m[:len(m)-1:len(m)-1], flipped)
+			})
+		}, "altered"},
+		"other value": {func(b []byte) []byte { return bytes.Replace(b, []byte(`"value":55`), []byte(`"value":75`), 1) }, "different call"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			d := startApprovalDevice(t)
+			w := &wire{rewrite: c.rewrite}
+			cl := d.connect(t, nil, &http.Client{Transport: w}, client.WithElicitationHandler(&person{answer: answering(mcp.ElicitationResponseActionAccept, true)}))
+			res, err := callDo(t, cl, "do_boiler_setpoint", map[string]any{"value": 55})
+			if len(w.retries) != 1 {
+				t.Fatalf("%d retries carried a state", len(w.retries))
+			}
+			if err != nil || !res.IsError || !strings.Contains(resultText(res), c.want) {
+				t.Errorf("tampered approval: %v %s", err, resultText(res))
+			}
+			if n := d.bus.writes.Load(); n != 0 {
+				t.Errorf("%d writes, want 0", n)
+			}
+		})
+	}
+}
+
+// An answer after the rule's timeout_s is refused.
+func TestApprovalExpired(t *testing.T) {
+	d := startApprovalDevice(t)
+	late := func(p mcp.ElicitationParams) *mcp.ElicitationResult {
+		d.clock.Advance(31 * time.Second)
+		return answering(mcp.ElicitationResponseActionAccept, true)(p)
+	}
+	c := d.connect(t, nil, nil, client.WithElicitationHandler(&person{answer: late}))
+	res, err := callDo(t, c, "do_boiler_setpoint", map[string]any{"value": 55})
+	if err != nil || !res.IsError || !strings.Contains(resultText(res), "expired") {
+		t.Errorf("late approval: %v %s", err, resultText(res))
+	}
+	if n := d.bus.writes.Load(); n != 0 {
+		t.Errorf("%d writes, want 0", n)
+	}
+}

@@ -1,0 +1,54 @@
+package mcpserver
+
+import (
+	"context"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/physmcp/physmcpd/auth"
+	"github.com/physmcp/physmcpd/engine"
+	"github.com/physmcp/physmcpd/manifest"
+)
+
+// CallerFrom resolves who is calling: the principal the HTTP middleware
+// authenticated, else local (stdio and serial callers, who started the process).
+func CallerFrom(local engine.Caller) func(ctx context.Context) engine.Caller {
+	return func(ctx context.Context) engine.Caller {
+		if p, ok := auth.PrincipalFrom(ctx); ok {
+			return engine.Caller{Identity: p.Name, Role: p.Role}
+		}
+		return local
+	}
+}
+
+// roleFilter lists only the tools the caller's role may call; mcp-go applies
+// it at tools/call as well, so a hidden tool cannot be called either. Tools
+// the engine does not serve (the conformance fixtures test/interop adds) are
+// not the policy's to hide.
+func roleFilter(e *engine.Engine, caller func(context.Context) engine.Caller) server.ToolFilterFunc {
+	permits := RolePermits(e)
+	return func(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
+		role := caller(ctx).Role
+		out := tools[:0:0]
+		for _, t := range tools {
+			if permits(t.Name, role) {
+				out = append(out, t)
+			}
+		}
+		return out
+	}
+}
+
+// RolePermits is engine.Permits for the HTTP edge, which refuses a call
+// before it reaches the MCP server: a tool the engine does not serve is left
+// to the server to answer (not found).
+func RolePermits(e *engine.Engine) func(tool string, role manifest.Role) bool {
+	known := map[string]bool{}
+	for _, t := range e.Tools() {
+		known[t.Name] = true
+	}
+	return func(tool string, role manifest.Role) bool {
+		return !known[tool] || e.Permits(tool, role)
+	}
+}

@@ -1,0 +1,271 @@
+package mcpserver
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/physmcp/physmcpd/auth"
+	"github.com/physmcp/physmcpd/manifest"
+	"github.com/physmcp/physmcpd/promcp"
+)
+
+// DefaultMaxBodyBytes bounds an HTTP request body unless Access says otherwise.
+const DefaultMaxBodyBytes = 1 << 20
+
+// ProtectedResourcePath is where the RFC 9728 protected resource metadata is
+// served; the metadata of an endpoint is at this path followed by the
+// endpoint's path (/.well-known/oauth-protected-resource/mcp).
+const ProtectedResourcePath = "/.well-known/oauth-protected-resource"
+
+// Access says who may use the HTTP endpoints.
+type Access struct {
+	// Auth authenticates bearer tokens. When it requires none (the policy
+	// names no identity providers) every caller is Local.
+	Auth *auth.Authenticator
+	// Local is the principal of unauthenticated callers when no
+	// authentication is required (loopback only; serve enforces that).
+	Local auth.Principal
+	// Permits says whether a role may call a tool (RolePermits); a
+	// tools/call of any other tool is refused with 403 before it runs.
+	Permits func(tool string, role manifest.Role) bool
+	// AllowedOrigins are browser origins accepted besides same-origin and
+	// loopback ones, e.g. "https://console.example.com".
+	AllowedOrigins []string
+	// MaxBodyBytes bounds a request body; 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// ResourceName names the device in the protected resource metadata.
+	ResourceName string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Protect applies acc in front of next, in this order: Origin (403), the
+// protected resource metadata (served without credentials), the bearer token
+// (401 with WWW-Authenticate), the body limit (413) and, for tools/call, the
+// caller's role (403).
+func Protect(next http.Handler, acc Access) http.Handler {
+	if acc.MaxBodyBytes <= 0 {
+		acc.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if acc.Logger == nil {
+		acc.Logger = slog.Default()
+	}
+	for i, o := range acc.AllowedOrigins {
+		acc.AllowedOrigins[i] = strings.TrimRight(strings.ToLower(o), "/")
+	}
+	return &protector{next: next, acc: acc}
+}
+
+type protector struct {
+	next http.Handler
+	acc  Access
+}
+
+func (p *protector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if origin := r.Header.Get("Origin"); origin != "" && !p.originAllowed(origin, r) {
+		p.acc.Logger.Info("HTTP request refused: foreign Origin", "origin", origin, "remote", r.RemoteAddr)
+		writeJSON(w, http.StatusForbidden, map[string]string{"error": "forbidden",
+			"error_description": fmt.Sprintf("Origin %s is not allowed (DNS rebinding protection); start serve with --allow-origin %s to allow it", origin, origin)})
+		return
+	}
+	required := p.acc.Auth.Required()
+	if path, ok := strings.CutPrefix(r.URL.Path, ProtectedResourcePath); ok && (path == "" || strings.HasPrefix(path, "/")) {
+		if !required {
+			http.NotFound(w, r)
+			return
+		}
+		p.serveMetadata(w, r, path)
+		return
+	}
+	principal := p.acc.Local
+	if required {
+		var err error
+		principal, err = p.acc.Auth.Authenticate(r.Header.Get("Authorization"))
+		if err != nil {
+			p.unauthorized(w, r, err)
+			return
+		}
+	}
+	if r.Method == http.MethodPost && r.Body != nil {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.acc.MaxBodyBytes))
+		if err != nil {
+			if errors.As(err, new(*http.MaxBytesError)) {
+				writeJSON(w, http.StatusRequestEntityTooLarge, rpcError(nil, -32600, fmt.Sprintf("request body larger than %d bytes", p.acc.MaxBodyBytes), nil))
+				return
+			}
+			writeJSON(w, http.StatusBadRequest, rpcError(nil, -32700, fmt.Sprintf("reading the request body: %v", err), nil))
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		if id, tool, denied := p.deniedCall(body, principal, r.RemoteAddr); denied {
+			p.forbidden(w, id, tool, principal)
+			return
+		}
+	}
+	p.next.ServeHTTP(w, r.WithContext(auth.WithPrincipal(r.Context(), principal)))
+}
+
+// originAllowed accepts loopback origins (local tools such as an inspector),
+// the request's own origin and the configured ones. A browser page from
+// anywhere else must not drive the device, even if DNS points its name here.
+func (p *protector) originAllowed(origin string, r *http.Request) bool {
+	o := strings.TrimRight(strings.ToLower(origin), "/")
+	if slices.Contains(p.acc.AllowedOrigins, o) {
+		return true
+	}
+	u, err := url.Parse(o)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return false // includes the opaque origin "null"
+	}
+	host := u.Hostname()
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return true
+	}
+	return u.Scheme == scheme(r) && strings.EqualFold(u.Host, r.Host)
+}
+
+func scheme(r *http.Request) string {
+	if r.TLS != nil {
+		return "https"
+	}
+	return "http"
+}
+
+// metadataURL is where the metadata of the endpoint at path is served.
+func metadataURL(r *http.Request) string {
+	return scheme(r) + "://" + r.Host + ProtectedResourcePath + r.URL.Path
+}
+
+// serveMetadata answers RFC 9728 protected resource metadata for the
+// resource at path (empty: the server as a whole).
+func (p *protector) serveMetadata(w http.ResponseWriter, r *http.Request, path string) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "method_not_allowed"})
+		return
+	}
+	meta := map[string]any{
+		"resource":                 scheme(r) + "://" + r.Host + path,
+		"bearer_methods_supported": []string{"header"},
+		"resource_name":            p.acc.ResourceName,
+	}
+	var servers []string
+	for _, iss := range p.acc.Auth.Issuers() {
+		if u, err := url.Parse(iss); err == nil && (u.Scheme == "https" || u.Scheme == "http") && u.Host != "" {
+			servers = append(servers, iss)
+		}
+	}
+	if len(servers) > 0 {
+		meta["authorization_servers"] = servers
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, meta)
+}
+
+// unauthorized answers 401 with the RFC 6750 challenge and, per RFC 9728,
+// where the resource metadata is.
+func (p *protector) unauthorized(w http.ResponseWriter, r *http.Request, err error) {
+	var ae *auth.Error
+	if !errors.As(err, &ae) {
+		ae = &auth.Error{Code: "invalid_token", Description: err.Error()}
+	}
+	challenge := fmt.Sprintf("Bearer resource_metadata=%q", metadataURL(r))
+	body := map[string]string{"error": "unauthorized", "error_description": ae.Description}
+	if ae.Code != "" {
+		challenge += fmt.Sprintf(", error=%q, error_description=%q", ae.Code, headerSafe(ae.Description))
+		body["error"] = ae.Code
+	}
+	p.acc.Logger.Info("HTTP request refused: not authenticated", "remote", r.RemoteAddr, "reason", ae.Description)
+	w.Header().Set("WWW-Authenticate", challenge)
+	writeJSON(w, http.StatusUnauthorized, body)
+}
+
+// headerSafe keeps a description inside its quoted-string.
+func headerSafe(s string) string {
+	return strings.Map(func(c rune) rune {
+		if c == '"' || c == '\\' || c < 0x20 || c > 0x7e {
+			return '\''
+		}
+		return c
+	}, s)
+}
+
+// rpcMessage is as much of a JSON-RPC message as the role check reads.
+type rpcMessage struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params struct {
+		Name string `json:"name"`
+	} `json:"params"`
+}
+
+// deniedCall finds a tools/call (alone or in a batch) of a tool the
+// principal's role may not call. Calls made under an emergency override are
+// audited here too. A body that does not parse is left to the server.
+func (p *protector) deniedCall(body []byte, principal auth.Principal, remote string) (json.RawMessage, string, bool) {
+	var msgs []rpcMessage
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		if json.Unmarshal(trimmed, &msgs) != nil {
+			return nil, "", false
+		}
+	} else {
+		var m rpcMessage
+		if json.Unmarshal(trimmed, &m) != nil {
+			return nil, "", false
+		}
+		msgs = []rpcMessage{m}
+	}
+	for _, m := range msgs {
+		if m.Method != "tools/call" {
+			continue
+		}
+		if p.acc.Permits != nil && !p.acc.Permits(m.Params.Name, principal.Role) {
+			return m.ID, m.Params.Name, true
+		}
+		if principal.Method == auth.MethodOverride && p.acc.Auth.AuditAllOverrides() {
+			p.acc.Auth.AuditOverrideCall(principal, m.Params.Name, remote)
+		}
+	}
+	return nil, "", false
+}
+
+// forbidden answers 403 for a call the role may not make: an HTTP status a
+// client cannot mistake for success, with the proMCP permission in the body.
+func (p *protector) forbidden(w http.ResponseWriter, id json.RawMessage, tool string, principal auth.Principal) {
+	reason := fmt.Sprintf("role %s may not call %s", principal.Role, tool)
+	p.acc.Logger.Info("tool call refused: role", "tool", tool, "caller", principal.Name, "role", principal.Role)
+	w.Header().Set("WWW-Authenticate", fmt.Sprintf("Bearer error=\"insufficient_scope\", error_description=%q", headerSafe(reason)))
+	writeJSON(w, http.StatusForbidden, rpcError(id, -32003, reason+"; nothing was written",
+		map[string]any{"permission": promcp.PermissionInsufficient, "reason": reason}))
+}
+
+func rpcError(id json.RawMessage, code int, message string, data any) map[string]any {
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	e := map[string]any{"code": code, "message": message}
+	if data != nil {
+		e["data"] = data
+	}
+	return map[string]any{"jsonrpc": "2.0", "id": id, "error": e}
+}
+
+func writeJSON(w http.ResponseWriter, status int, body any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(body)
+}

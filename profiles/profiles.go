@@ -1,0 +1,153 @@
+// Package profiles holds the deployment profiles as data: what each one
+// serves (tool kinds, transports, disk state) and the limits it runs under.
+// Full is for boards with memory to spare; Lite (PhysMCP read-only telemetry)
+// is for the smallest boards and for nodes a proxy adopts over a serial line.
+package profiles
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/physmcp/physmcpd/manifest"
+)
+
+// Transport is a way of serving MCP.
+type Transport string
+
+const (
+	Stdio  Transport = "stdio"
+	Serial Transport = "serial"
+	HTTP   Transport = "http"
+)
+
+// Profile is what one profile enables and the limits it runs under. A zero
+// limit means "no limit of the profile's own" (the transport's default).
+type Profile struct {
+	Name    string
+	Summary string
+	// DoTools: do_* tools are served. Without them nothing is ever written to
+	// a device: do_ capabilities are not even bound, so no output line is
+	// requested and no register is touched.
+	DoTools bool
+	// Transports the profile may serve on.
+	Transports []Transport
+	// DiskWrites: the profile may keep state on disk (--state-dir: the
+	// idempotency store and the audit trail).
+	DiskWrites bool
+	// MaxCapabilities bounds the manifest's size (and with it every per-point
+	// cache, which holds one reading per capability).
+	MaxCapabilities int
+	// Workers is how many tool calls run at once per session; Queue how many
+	// more may wait. Calls beyond that wait for the reader, not in memory.
+	Workers, Queue int
+	// MaxMessageBytes is the longest JSON-RPC message accepted on a stream
+	// transport; a longer one ends the session instead of growing a buffer.
+	MaxMessageBytes int
+	// MemoryLimitBytes is the Go runtime's soft memory limit (GOMEMLIMIT),
+	// which makes the collector work harder instead of growing the heap.
+	MemoryLimitBytes int64
+}
+
+// Full serves every tool kind on every transport, keeps state on disk and
+// leaves the transports' own limits in place.
+var Full = Profile{
+	Name:       "full",
+	Summary:    "read_*, do_* and can_do; stdio, serial or streamable HTTP; persistent state and audit",
+	DoTools:    true,
+	Transports: []Transport{Stdio, Serial, HTTP},
+	DiskWrites: true,
+}
+
+// Lite is read-only telemetry for the smallest boards.
+var Lite = Profile{
+	Name:             "lite",
+	Summary:          "read_* and can_do only; stdio or a serial line; nothing written to disk; bounded memory",
+	DoTools:          false,
+	Transports:       []Transport{Stdio, Serial},
+	DiskWrites:       false,
+	MaxCapabilities:  128,
+	Workers:          2,
+	Queue:            8,
+	MaxMessageBytes:  64 << 10,
+	MemoryLimitBytes: 8 << 20,
+}
+
+// All lists the profiles, Full first (the default).
+func All() []Profile { return []Profile{Full, Lite} }
+
+// Lookup returns the profile called name.
+func Lookup(name string) (Profile, error) {
+	for _, p := range All() {
+		if p.Name == name {
+			return p, nil
+		}
+	}
+	return Profile{}, fmt.Errorf("unknown profile %q: want %s", name, names())
+}
+
+func names() string {
+	var n []string
+	for _, p := range All() {
+		n = append(n, p.Name)
+	}
+	return strings.Join(n, " or ")
+}
+
+// Resolve picks the profile: the command line's choice when given, else the
+// manifest's, else Full.
+func Resolve(flagValue string, m *manifest.Manifest) (Profile, error) {
+	switch {
+	case flagValue != "":
+		return Lookup(flagValue)
+	case m != nil && m.Profile != "":
+		return Lookup(m.Profile)
+	}
+	return Full, nil
+}
+
+// Allows reports whether the profile may serve on t.
+func (p Profile) Allows(t Transport) bool {
+	for _, have := range p.Transports {
+		if have == t {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckTransport explains why the profile may not serve on t, or returns nil.
+func (p Profile) CheckTransport(t Transport) error {
+	if p.Allows(t) {
+		return nil
+	}
+	allowed := make([]string, len(p.Transports))
+	for i, have := range p.Transports {
+		allowed[i] = string(have)
+	}
+	return fmt.Errorf("the %s profile does not serve %s (it serves %s)", p.Name, t, strings.Join(allowed, ", "))
+}
+
+// Apply returns the manifest as the profile serves it, and the tools it
+// leaves out. m itself is not changed (the policy was checked against all of
+// it). A manifest larger than the profile allows is an error, not a
+// truncation: every configured capability is served or none is.
+func (p Profile) Apply(m *manifest.Manifest) (*manifest.Manifest, []string, error) {
+	if p.MaxCapabilities > 0 && len(m.Capabilities) > p.MaxCapabilities {
+		return nil, nil, fmt.Errorf("the %s profile serves at most %d capabilities; %s declares %d",
+			p.Name, p.MaxCapabilities, m.File, len(m.Capabilities))
+	}
+	if p.DoTools {
+		return m, nil, nil
+	}
+	served := *m
+	served.Capabilities = nil
+	var hidden []string
+	for _, c := range m.Capabilities {
+		if c.Kind == manifest.KindDo {
+			hidden = append(hidden, c.ToolName())
+			continue
+		}
+		served.Capabilities = append(served.Capabilities, c)
+	}
+	return &served, hidden, nil
+}

@@ -1,0 +1,276 @@
+// Package state is physmcpd's crash-safe store for the Full profile: the
+// idempotency records of do_* calls (engine.IdempotencyStore, including the
+// in-doubt intent written before each write), the write history behind
+// cooldowns and rate limits, and the last value written to each actuator
+// (engine.LimitStore). The Lite profile opens no Store and writes nothing.
+//
+// It is one go.etcd.io/bbolt file, <state-dir>/state.db, chosen over an
+// fsync'd append-only log because every method here is a read-modify-write by
+// key (a record replaces its intent; a point's history is trimmed as it
+// grows): bbolt gives atomic, fsync'd transactions with copy-on-write pages,
+// so a crash at any instant leaves either the old or the new value, never a
+// torn one, and deleted records' pages are reused, so pruning keeps the file
+// bounded without a compaction pass that a log would need (rewrite, fsync,
+// rename, with its own crash windows). It is pure Go (no cgo), so the arm
+// cross-builds keep working, and its file lock stops a second daemon from
+// sharing the state by mistake.
+//
+// Every Save and RecordWrite returns only after its transaction is committed
+// and fsync'd: the engine writes to the device only after the intent is durable.
+package state
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/physmcp/physmcpd/engine"
+)
+
+// FileName is the database file inside the state directory.
+const FileName = "state.db"
+
+var (
+	bucketKeys    = []byte("idempotency")    // key → record (JSON)
+	bucketByTime  = []byte("idempotency_at") // at (big-endian ns) + key → nothing, for pruning
+	bucketWrites  = []byte("writes")         // tool → history (JSON)
+	pruneEvery    = 1024                     // saves between prunes
+	lockWaitLimit = 2 * time.Second
+)
+
+// Store is the bbolt-backed store. It is safe for concurrent use.
+type Store struct {
+	db    *bolt.DB
+	now   func() time.Time
+	log   *slog.Logger
+	saves int // guarded by bbolt's single writer
+}
+
+// Open opens (or creates) the store in dir, creating dir (0700) if needed,
+// and prunes records older than engine.KeyRetention. now is the clock (nil:
+// time.Now).
+func Open(dir string, now func() time.Time, log *slog.Logger) (*Store, error) {
+	if now == nil {
+		now = time.Now
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	path := filepath.Join(dir, FileName)
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockWaitLimit})
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("open %s: another physmcpd holds it (locked for more than %s)", path, lockWaitLimit)
+		}
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketKeys, bucketByTime, bucketWrites} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("initialise %s: %w", path, err)
+	}
+	s := &Store{db: db, now: now, log: log}
+	if n, err := s.Prune(); err != nil {
+		db.Close()
+		return nil, err
+	} else if n > 0 {
+		log.Info("expired idempotency records pruned", "count", n)
+	}
+	return s, nil
+}
+
+// Close closes the database file.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Load returns the record for key if it is younger than engine.KeyRetention.
+// A record that cannot be decoded is reported as in doubt with no fingerprint,
+// so the engine refuses the key instead of acting as if it were new.
+func (s *Store) Load(key string) (engine.Record, bool) {
+	var rec engine.Record
+	found := false
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketKeys).Get([]byte(key))
+		if v == nil {
+			return nil
+		}
+		found = true
+		return json.Unmarshal(v, &rec)
+	})
+	if err != nil {
+		s.log.Error("idempotency record unreadable; the key is refused", "key", key, "err", err)
+		return engine.Record{InDoubt: true, At: s.now()}, true
+	}
+	if !found || s.now().Sub(rec.At) > engine.KeyRetention {
+		return engine.Record{}, false
+	}
+	return rec, true
+}
+
+// Save stores r under key and returns once it is on disk. Every pruneEvery
+// saves it also drops expired records, in the same transaction.
+func (s *Store) Save(key string, r engine.Record) error {
+	v, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode the record: %w", err)
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		keys, byTime := tx.Bucket(bucketKeys), tx.Bucket(bucketByTime)
+		if old := keys.Get([]byte(key)); old != nil {
+			var prev engine.Record
+			if json.Unmarshal(old, &prev) == nil {
+				if err := byTime.Delete(timeKey(prev.At, key)); err != nil {
+					return err
+				}
+			}
+		}
+		if err := keys.Put([]byte(key), v); err != nil {
+			return err
+		}
+		if err := byTime.Put(timeKey(r.At, key), nil); err != nil {
+			return err
+		}
+		if s.saves++; s.saves%pruneEvery == 0 {
+			_, err := prune(tx, s.now().Add(-engine.KeyRetention))
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("save idempotency record: %w", err)
+	}
+	return nil
+}
+
+// InDoubt lists the records whose write outcome is unknown (engine.InDoubtLister).
+func (s *Store) InDoubt() (map[string]engine.Record, error) {
+	out := map[string]engine.Record{}
+	cutoff := s.now().Add(-engine.KeyRetention)
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketKeys).ForEach(func(k, v []byte) error {
+			var rec engine.Record
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return fmt.Errorf("record %q: %w", k, err)
+			}
+			if rec.InDoubt && rec.At.After(cutoff) {
+				out[string(k)] = rec
+			}
+			return nil
+		})
+	})
+	return out, err
+}
+
+// Prune drops idempotency records older than engine.KeyRetention and reports
+// how many; their pages are reused by later records.
+func (s *Store) Prune() (n int, err error) {
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		n, err = prune(tx, s.now().Add(-engine.KeyRetention))
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("prune idempotency records: %w", err)
+	}
+	return n, nil
+}
+
+func prune(tx *bolt.Tx, cutoff time.Time) (int, error) {
+	keys, byTime := tx.Bucket(bucketKeys), tx.Bucket(bucketByTime)
+	var expired [][]byte
+	c := byTime.Cursor()
+	for k, _ := c.First(); k != nil && int64(binary.BigEndian.Uint64(k[:8])) < cutoff.UnixNano(); k, _ = c.Next() {
+		expired = append(expired, append([]byte(nil), k...))
+	}
+	for _, k := range expired {
+		if err := byTime.Delete(k); err != nil {
+			return 0, err
+		}
+		if err := keys.Delete(k[8:]); err != nil {
+			return 0, err
+		}
+	}
+	return len(expired), nil
+}
+
+// timeKey orders the time index by age; times before 1970 sort first.
+func timeKey(at time.Time, key string) []byte {
+	b := make([]byte, 8, 8+len(key))
+	binary.BigEndian.PutUint64(b, uint64(max(at.UnixNano(), 0)))
+	return append(b, key...)
+}
+
+// history is a point's write history as stored.
+type history struct {
+	Writes    []time.Time `json:"writes"`
+	Last      time.Time   `json:"last"`
+	LastValue any         `json:"last_value"`
+}
+
+// LoadWrites returns every point's write history (engine.LimitStore).
+func (s *Store) LoadWrites() (map[string]engine.WriteHistory, error) {
+	out := map[string]engine.WriteHistory{}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketWrites).ForEach(func(k, v []byte) error {
+			var h history
+			if err := json.Unmarshal(v, &h); err != nil {
+				return fmt.Errorf("write history of %s: %w", k, err)
+			}
+			out[string(k)] = engine.WriteHistory{Writes: h.Writes, Last: h.Last, LastValue: h.LastValue}
+			return nil
+		})
+	})
+	return out, err
+}
+
+// RecordWrite adds a write to tool's history and returns once it is on disk
+// (engine.LimitStore). Writes older than keep before at are dropped; the
+// latest is always kept.
+func (s *Store) RecordWrite(tool string, at time.Time, value any, keep time.Duration) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketWrites)
+		var h history
+		if v := b.Get([]byte(tool)); v != nil {
+			if err := json.Unmarshal(v, &h); err != nil {
+				return fmt.Errorf("write history of %s: %w", tool, err)
+			}
+		}
+		if !at.Before(h.Last) {
+			h.Last, h.LastValue = at, value
+		}
+		h.Writes = append(h.Writes, at)
+		slices.SortFunc(h.Writes, time.Time.Compare)
+		kept := h.Writes[:0]
+		for _, w := range h.Writes {
+			if at.Sub(w) <= keep || w.Equal(h.Last) {
+				kept = append(kept, w)
+			}
+		}
+		h.Writes = kept
+		v, err := json.Marshal(h)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(tool), v)
+	})
+	if err != nil {
+		return fmt.Errorf("record the write to %s: %w", tool, err)
+	}
+	return nil
+}

@@ -1,0 +1,298 @@
+package board
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+const (
+	repo = "../.."
+	// The modules the guest loads, in order (Debian builds them as modules, without dependencies).
+	modules = "i2c-imx i2c-dev gpio-mxc imx2_wdt"
+	// gpio1 in qemu's sabrelite = the kernel's 209c000.gpio = /dev/gpiochip0.
+	gpioDevice          = "/machine/soc/gpio1"
+	ledLine, buttonLine = 5, 6
+	setupHint           = "run .ci/setup.d/50-qemu.sh (as root): it installs qemu-system-arm and extracts Debian's armmp kernel into .cache/board/"
+)
+
+// prerequisites finds qemu-system-arm and the cached kernel, skipping (or
+// failing on CI) without them.
+func prerequisites(t *testing.T) (qemu, kernelDir string) {
+	t.Helper()
+	missing := func(what string) {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is missing: %s", what, setupHint)
+		}
+		t.Skipf("%s is missing: %s", what, setupHint)
+	}
+	qemu, err := exec.LookPath("qemu-system-arm")
+	if err != nil {
+		missing("qemu-system-arm")
+	}
+	dirs, _ := filepath.Glob(filepath.Join(repo, ".cache/board/*/vmlinuz"))
+	if len(dirs) == 0 {
+		missing("the armmp kernel")
+	}
+	sort.Strings(dirs)
+	return qemu, filepath.Dir(dirs[len(dirs)-1])
+}
+
+func goBuild(t *testing.T, out, pkg string, env ...string) {
+	t.Helper()
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
+	cmd.Dir = repo
+	cmd.Env = append(append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=arm", "GOARM=7"), env...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", pkg, err, b)
+	}
+}
+
+// buildInitramfs packs the guest: init, physmcpd (GOARM=7 via build.sh), the
+// modules, and the test's manifest, policy and serve arguments.
+func buildInitramfs(t *testing.T, kernelDir, to string, serveArgs []string) {
+	t.Helper()
+	work := t.TempDir()
+	build := exec.Command("./build.sh", "armv7")
+	build.Dir = repo
+	build.Env = append(os.Environ(), "OUT="+work, "VERSION=board-test")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build.sh armv7: %v\n%s", err, b)
+	}
+	goBuild(t, filepath.Join(work, "init"), "./test/board/guestinit")
+	r := newInitramfs()
+	for _, f := range []struct {
+		name, from string
+		exec       bool
+	}{
+		{"/init", filepath.Join(work, "init"), true},
+		{"/physmcpd", filepath.Join(work, "physmcpd-armv7"), true},
+		{"/board/physmcp.manifest.yml", "testdata/physmcp.manifest.yml", false},
+		{"/board/physmcp.policy.yml", "testdata/physmcp.policy.yml", false},
+	} {
+		if err := r.addFile(f.name, f.from, f.exec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range strings.Fields(modules) {
+		if err := r.addFile("/modules/"+m+".ko", filepath.Join(kernelDir, "modules", m+".ko"), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.add("/modules/order", []byte(modules+"\n"), false)
+	r.add("/board/args", []byte(strings.Join(serveArgs, "\n")+"\n"), false)
+	if err := r.write(to); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// board is one running qemu with its control channels.
+type board struct {
+	qmp     *qmp
+	gpio    *qtest
+	console *console
+	mcp     *client.Client
+	uart1   string // physmcpd's log (the first UART)
+}
+
+func boot(t *testing.T, ctx context.Context) *board {
+	t.Helper()
+	qemu, kernelDir := prerequisites(t)
+	dir := t.TempDir()
+	initrd := filepath.Join(dir, "initramfs.cpio.gz")
+	buildInitramfs(t, kernelDir, initrd, []string{"serve", "--manifest", "/board/physmcp.manifest.yml",
+		"--policy", "/board/physmcp.policy.yml", "--stdio", "--state-dir", "/state", "--log-level", "debug"})
+	b := &board{uart1: filepath.Join(dir, "uart1.log")}
+	qmpSock, qtestSock := filepath.Join(dir, "qmp.sock"), filepath.Join(dir, "qtest.sock")
+	cmd := exec.Command(qemu, "-M", "sabrelite", "-smp", "1", "-m", "256M",
+		"-display", "none", "-monitor", "none", "-no-reboot", "-accel", "tcg",
+		"-serial", "file:"+b.uart1, "-serial", "stdio", // UART1: physmcpd's log; UART2: console and MCP
+		"-kernel", filepath.Join(kernelDir, "vmlinuz"), "-dtb", filepath.Join(kernelDir, "imx6q-sabrelite.dtb"),
+		"-initrd", initrd,
+		"-device", "tmp105,id=temp0,bus=i2c-bus.0,address=0x48", // i2c-bus.0 = i2c1@21a0000 = /dev/i2c-0
+		"-qmp", "unix:"+qmpSock+",server=on,wait=off", "-qtest", "unix:"+qtestSock+",server=on,wait=off",
+		"-append", "console=ttymxc1,115200 quiet")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("console:\n%s", b.console.log())
+			if log, err := os.ReadFile(b.uart1); err == nil {
+				t.Logf("physmcpd log (UART1):\n%s", log)
+			}
+			t.Logf("qemu stderr:\n%s", stderr.String())
+		}
+	})
+	b.console = newConsole(stdout)
+	if b.qmp, err = dialQMP(qmpSock); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.qmp.close)
+	if b.gpio, err = dialQtest(qtestSock, gpioDevice); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.gpio.close)
+
+	select {
+	case <-b.console.execed:
+	case <-ctx.Done():
+		t.Fatal("the guest never started physmcpd")
+	}
+	b.mcp = client.NewClient(transport.NewIO(b.console.mcp, stdin, io.NopCloser(strings.NewReader(""))))
+	if err := b.mcp.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	init.Params.ClientInfo = mcp.Implementation{Name: "board-test", Version: "0"}
+	if _, err := b.mcp.Initialize(ctx, init); err != nil {
+		t.Fatalf("initialize over the serial console: %v", err)
+	}
+	return b
+}
+
+// call returns a tool's proMCP body.
+func (b *board) call(t *testing.T, ctx context.Context, tool string, args map[string]any) map[string]any {
+	t.Helper()
+	req := mcp.CallToolRequest{}
+	req.Params.Name, req.Params.Arguments = tool, args
+	res, err := b.mcp.CallTool(ctx, req)
+	if err != nil {
+		t.Fatalf("%s: %v", tool, err)
+	}
+	var body map[string]any
+	if err := json.Unmarshal([]byte(res.Content[0].(mcp.TextContent).Text), &body); err != nil {
+		t.Fatalf("%s: %v", tool, err)
+	}
+	return body
+}
+
+// eventually calls tool until ok accepts its body or the deadline passes.
+func (b *board) eventually(t *testing.T, ctx context.Context, tool string, within time.Duration, ok func(map[string]any) bool) map[string]any {
+	t.Helper()
+	var body map[string]any
+	for end := time.Now().Add(within); ; time.Sleep(50 * time.Millisecond) {
+		if body = b.call(t, ctx, tool, nil); ok(body) || time.Now().After(end) {
+			return body
+		}
+	}
+}
+
+func TestBoard(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	b := boot(t, ctx)
+
+	list, err := b.mcp.ListTools(ctx, mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range list.Tools {
+		names = append(names, tool.Name)
+	}
+	if got, want := strings.Join(names, " "), "can_do do_overtemp_limit do_status_led read_board_temperature read_button_pressed read_missing_sensor_temperature read_overtemp_limit"; got != want {
+		t.Fatalf("tools %s, want %s", got, want)
+	}
+
+	t.Run("temperature follows the sensor", func(t *testing.T) {
+		before := b.call(t, ctx, "read_board_temperature", nil)
+		if before["quality"] != "good" || before["value"] == 42.5 {
+			t.Fatalf("first read %v: want a good reading other than 42.5", before)
+		}
+		if err := b.qmp.do("qom-set", map[string]any{"path": "/machine/peripheral/temp0", "property": "temperature", "value": 42500}); err != nil {
+			t.Fatal(err)
+		}
+		after := b.eventually(t, ctx, "read_board_temperature", 5*time.Second, func(r map[string]any) bool { return r["value"] == 42.5 })
+		if after["value"] != 42.5 || after["quality"] != "good" {
+			t.Errorf("after setting 42.5 °C over QMP: %v (before: %v)", after, before)
+		}
+	})
+
+	t.Run("a missing sensor reads as an error, not a value", func(t *testing.T) {
+		r := b.call(t, ctx, "read_missing_sensor_temperature", nil)
+		if r["quality"] != "error" || r["value"] != nil {
+			t.Errorf("read at an address nothing answers: %v", r)
+		}
+	})
+
+	t.Run("the host sees do_status_led", func(t *testing.T) {
+		// The safe level (low) is driven at start-up. Lines reset low and
+		// qtest reports changes only, so the host must not have seen a raise.
+		if level := b.gpio.output(ledLine); level == 1 {
+			t.Errorf("before any do_status_led the host saw line %d high, want the safe level (low)", ledLine)
+		}
+		for _, on := range []bool{true, false, true} {
+			d := b.call(t, ctx, "do_status_led", map[string]any{"value": on})
+			if d["status"] != "success" {
+				t.Fatalf("do_status_led %v: %v", on, d)
+			}
+			want := map[bool]int{true: 1, false: 0}[on]
+			if last, ok := b.gpio.waitOutput(ledLine, want, 5*time.Second); !ok {
+				t.Errorf("do_status_led %v: the host saw line %d at %d, want %d", on, ledLine, last, want)
+			}
+		}
+	})
+
+	t.Run("read_button_pressed is the level the host drives", func(t *testing.T) {
+		for _, level := range []int{1, 0, 1} {
+			if err := b.gpio.drive(buttonLine, level); err != nil {
+				t.Fatal(err)
+			}
+			want := level == 1
+			r := b.eventually(t, ctx, "read_button_pressed", 5*time.Second, func(r map[string]any) bool { return r["value"] == want })
+			if r["value"] != want || r["quality"] != "good" {
+				t.Errorf("host drove line %d to %d: read %v", buttonLine, level, r)
+			}
+		}
+	})
+
+	t.Run("the range guard refuses and nothing is written", func(t *testing.T) {
+		before := b.call(t, ctx, "read_overtemp_limit", nil)
+		if before["quality"] != "good" || before["value"] != 80.0 {
+			t.Fatalf("alert threshold after start-up: %v, want the safe value 80", before)
+		}
+		refused := b.call(t, ctx, "do_overtemp_limit", map[string]any{"value": 100})
+		if refused["status"] != "failed" || !strings.Contains(fmt.Sprint(refused["permission"]), "range") {
+			t.Errorf("do_overtemp_limit 100 (guard 30..90): %v", refused)
+		}
+		if r := b.call(t, ctx, "read_overtemp_limit", nil); r["value"] != 80.0 {
+			t.Errorf("after the refusal the threshold reads %v, want 80", r)
+		}
+		if d := b.call(t, ctx, "do_overtemp_limit", map[string]any{"value": 60}); d["status"] != "success" {
+			t.Errorf("do_overtemp_limit 60: %v", d)
+		}
+		if r := b.call(t, ctx, "read_overtemp_limit", nil); r["value"] != 60.0 {
+			t.Errorf("after writing 60 the threshold reads %v", r)
+		}
+	})
+
+	if f := b.gpio.failures(); len(f) > 0 && f[0] != "qtest socket closed" {
+		t.Errorf("qtest: %v", f)
+	}
+}
