@@ -87,8 +87,7 @@ type Options struct {
 	// OverrideKey verifies emergency override tokens; empty refuses them.
 	OverrideKey []byte
 	// Audit receives every emergency override event; nil logs them with
-	// Logger at WARN. When the audit log package is wired in, serve passes
-	// its writer here.
+	// Logger at WARN. serve logs them and appends them to the audit trail.
 	Audit func(AuditEvent)
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger

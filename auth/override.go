@@ -28,19 +28,19 @@ const (
 
 // AuditEvent is one emergency override event. Overrides are always audited.
 type AuditEvent struct {
-	Kind    string
-	Name    string // whom the override was minted for
-	Reason  string
-	TokenID string
-	Role    manifest.Role
-	Expires time.Time
-	Tool    string // override_call
-	Remote  string // the HTTP peer, when known
-	Detail  string // override_refused
+	Kind    string        `json:"override_event"`
+	Name    string        `json:"name"` // whom the override was minted for
+	Reason  string        `json:"reason,omitempty"`
+	TokenID string        `json:"token_id,omitempty"`
+	Role    manifest.Role `json:"role,omitempty"`
+	Expires time.Time     `json:"expires"`
+	Tool    string        `json:"tool,omitempty"`   // override_call
+	Remote  string        `json:"remote,omitempty"` // the HTTP peer, when known
+	Detail  string        `json:"detail,omitempty"` // override_refused
 }
 
-// LogAudit is the audit sink used until a dedicated audit log is wired in:
-// overrides go to the log at WARN, so they are never silent.
+// LogAudit writes override events to the log at WARN, so they are never
+// silent even where no audit trail is kept.
 func LogAudit(logger *slog.Logger) func(AuditEvent) {
 	return func(e AuditEvent) {
 		logger.Warn("AUDIT emergency override", "event", e.Kind, "name", e.Name, "token_id", e.TokenID, "role", e.Role,

@@ -206,7 +206,7 @@ func serve(ctx context.Context, cfg serveConfig, stdin io.Reader, stdout, stderr
 			return 1
 		}
 	default:
-		acc, err := httpAccess(cfg, m, p, e, logger)
+		acc, err := httpAccess(cfg, m, p, e, dur.trail, logger)
 		if err != nil {
 			logger.Error("cannot serve HTTP", "err", err)
 			return 1

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/physmcp/physmcpd/audit"
 	"github.com/physmcp/physmcpd/auth"
 	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/manifest"
@@ -55,7 +56,9 @@ func (f *accessFlags) tls() bool { return f.tlsCert != "" }
 // httpAccess builds the HTTP access rules: the authenticator from the
 // policy's identity and emergency sections, and the refusal to listen beyond
 // loopback without authentication.
-func httpAccess(cfg serveConfig, m *manifest.Manifest, p *policy.Policy, e *engine.Engine, logger *slog.Logger) (mcpserver.Access, error) {
+// Emergency overrides are always audited: logged, and appended to the audit
+// trail when one is kept.
+func httpAccess(cfg serveConfig, m *manifest.Manifest, p *policy.Policy, e *engine.Engine, trail *audit.Log, logger *slog.Logger) (mcpserver.Access, error) {
 	f := cfg.access
 	var key []byte
 	if f.overrideKey != "" {
@@ -70,7 +73,17 @@ func httpAccess(cfg serveConfig, m *manifest.Manifest, p *policy.Policy, e *engi
 	} else if p != nil && p.Emergency != nil {
 		logger.Warn("the policy allows emergency overrides but --override-key was not given: override tokens are refused")
 	}
-	a, err := auth.New(p, auth.Options{DeviceID: m.Device.ID, OverrideKey: key, Logger: logger})
+	logOverride := auth.LogAudit(logger)
+	auditOverride := func(ev auth.AuditEvent) {
+		logOverride(ev)
+		if trail == nil {
+			return
+		}
+		if err := trail.Append(ev); err != nil {
+			logger.Error("emergency override not recorded in the audit trail", "event", ev.Kind, "err", err)
+		}
+	}
+	a, err := auth.New(p, auth.Options{DeviceID: m.Device.ID, OverrideKey: key, Audit: auditOverride, Logger: logger})
 	if err != nil {
 		return mcpserver.Access{}, err
 	}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -9,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/physmcp/physmcpd/audit"
 	"github.com/physmcp/physmcpd/auth"
+	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/policy"
 )
 
@@ -52,5 +56,58 @@ func TestTokenOverrideMintsAVerifiableToken(t *testing.T) {
 	pr, err := a.Authenticate("Bearer " + strings.TrimSpace(out.String()))
 	if err != nil || pr.Role != "admin" || pr.Method != auth.MethodOverride {
 		t.Errorf("override: %+v %v", pr, err)
+	}
+}
+
+// Using an override token over HTTP lands in the audit trail, not only in the log.
+func TestOverrideUseIsAudited(t *testing.T) {
+	const mf, pf = "../../examples/pump-skid/physmcp.manifest.yml", "../../examples/pump-skid/physmcp.policy.yml"
+	var errb bytes.Buffer
+	m, p, ok := loadDevice(mf, pf, &errb)
+	if !ok {
+		t.Fatal(errb.String())
+	}
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "override.key")
+	key := auth.NewOverrideKey()
+	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.DiscardHandler)
+	e, err := openEngine(context.Background(), m, p, true, logger, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	trail, err := audit.Open(filepath.Join(dir, "audit"), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := serveConfig{httpAddr: "127.0.0.1:0", access: accessFlags{overrideKey: keyFile}}
+	acc, err := httpAccess(cfg, m, p, e, trail, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := auth.MintOverride(p, m.Device.ID, key, "bob", "pump stuck", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr, err := acc.Auth.Authenticate("Bearer " + o.Token); err != nil || pr.Method != auth.MethodOverride {
+		t.Fatalf("override: %+v %v", pr, err)
+	}
+	if err := trail.Close(); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "audit", "*"))
+	var all strings.Builder
+	for _, f := range files {
+		data, _ := os.ReadFile(f)
+		all.Write(data)
+	}
+	if !strings.Contains(all.String(), `"override_event"`) || !strings.Contains(all.String(), o.ID) {
+		t.Fatalf("audit trail has no override entry:\n%s", all.String())
+	}
+	if _, err := audit.Verify(filepath.Join(dir, "audit")); err != nil {
+		t.Fatalf("verify: %v", err)
 	}
 }
