@@ -11,33 +11,16 @@ import (
 	"github.com/physmcp/physmcpd/drivers"
 	"github.com/physmcp/physmcpd/drivers/sim"
 	"github.com/physmcp/physmcpd/engine"
+	"github.com/physmcp/physmcpd/internal/testclock"
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/policy"
 	"github.com/physmcp/physmcpd/promcp"
 )
 
-// clock is a settable clock shared by the engine and the simulators.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // rig is the engine under test with its simulated buses.
 type rig struct {
 	e     *engine.Engine
-	clock *clock
+	clock *testclock.Clock
 	buses map[string]drivers.Bus
 }
 
@@ -65,7 +48,7 @@ func newRigFiles(t *testing.T, manifestPath, policyPath string) *rig {
 			t.Fatalf("policy: %s", diags)
 		}
 	}
-	clk := &clock{t: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)}
+	clk := testclock.New(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
 	buses, err := drivers.OpenAll(context.Background(), m, nil, sim.NewOpener(sim.Options{Now: clk.Now}), true)
 	if err != nil {
 		t.Fatal(err)

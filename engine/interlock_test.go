@@ -11,6 +11,7 @@ import (
 	"github.com/physmcp/physmcpd/drivers"
 	"github.com/physmcp/physmcpd/drivers/sim"
 	"github.com/physmcp/physmcpd/engine"
+	"github.com/physmcp/physmcpd/internal/testclock"
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/promcp"
 )
@@ -97,7 +98,7 @@ func newTankRig(t *testing.T) *tankRig {
 	if m == nil {
 		t.Fatalf("manifest: %s", diags)
 	}
-	clk := &clock{t: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)}
+	clk := testclock.New(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
 	buses, err := drivers.OpenAll(context.Background(), m, nil, sim.NewOpener(sim.Options{Now: clk.Now}), true)
 	if err != nil {
 		t.Fatal(err)

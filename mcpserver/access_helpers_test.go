@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/physmcp/physmcpd/drivers"
 	"github.com/physmcp/physmcpd/drivers/sim"
 	"github.com/physmcp/physmcpd/engine"
+	"github.com/physmcp/physmcpd/internal/testclock"
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/mcpserver"
 	"github.com/physmcp/physmcpd/policy"
@@ -42,29 +42,11 @@ func (b *countingBus) WriteCoils(ctx context.Context, unit uint8, addr uint16, v
 	return b.ModbusBus.WriteCoils(ctx, unit, addr, values)
 }
 
-// testClock is a settable clock shared by the adapter and the authenticator.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // accessDevice is the test boiler served over HTTP behind Protect.
 type accessDevice struct {
 	url   string // base URL of the test server
 	bus   *countingBus
-	clock *testClock
+	clock *testclock.Clock
 	audit chan auth.AuditEvent
 	dir   string
 }
@@ -108,7 +90,7 @@ func startAccessDevice(t *testing.T, policyYAML string, files map[string]string,
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
-	clock := &testClock{t: time.Now()}
+	clock := testclock.New(time.Now())
 	local := engine.Caller{Identity: "local", Role: p.LocalRole()}
 	s, err := mcpserver.New(e, mcpserver.Options{Version: "test", Logger: quietLogger(), Caller: mcpserver.CallerFrom(local), Now: clock.Now})
 	if err != nil {

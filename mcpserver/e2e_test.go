@@ -45,18 +45,48 @@ func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))
 }
 
-// startDevice serves the device with every bus simulated, as `physmcpd serve --simulate` does.
-func startDevice(t testing.TB, m *manifest.Manifest, p *policy.Policy) (*engine.Engine, *server.MCPServer) {
+// loadDevice loads a manifest and its policy, failing the test on any error.
+func loadDevice(t testing.TB, manifestPath, policyPath string) (*manifest.Manifest, *policy.Policy) {
+	t.Helper()
+	m, diags := manifest.Load(manifestPath)
+	if m == nil || diags.HasErrors() {
+		t.Fatalf("manifest: %v", diags)
+	}
+	p, diags := policy.Load(policyPath, m)
+	if p == nil || diags.HasErrors() {
+		t.Fatalf("policy: %v", diags)
+	}
+	return m, p
+}
+
+func loadExample(t testing.TB) (*manifest.Manifest, *policy.Policy) {
+	t.Helper()
+	return loadDevice(t, exampleManifest, examplePolicy)
+}
+
+// simEngine binds m to simulated buses, as `physmcpd serve --simulate` does;
+// wrap, when given, may replace buses (to count or break them) first.
+func simEngine(t testing.TB, m *manifest.Manifest, p *policy.Policy, wrap func(map[string]drivers.Bus)) *engine.Engine {
 	t.Helper()
 	buses, err := drivers.OpenAll(context.Background(), m, nil, sim.Open, true)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if wrap != nil {
+		wrap(buses)
 	}
 	e, err := engine.New(m, p, buses, engine.Options{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// startDevice serves the device with every bus simulated and the local role.
+func startDevice(t testing.TB, m *manifest.Manifest, p *policy.Policy) (*engine.Engine, *server.MCPServer) {
+	t.Helper()
+	e := simEngine(t, m, p, nil)
 	local := engine.Caller{Identity: "local", Role: p.LocalRole()}
 	s, err := mcpserver.New(e, mcpserver.Options{
 		Version: "test",
@@ -67,19 +97,6 @@ func startDevice(t testing.TB, m *manifest.Manifest, p *policy.Policy) (*engine.
 		t.Fatal(err)
 	}
 	return e, s
-}
-
-func loadExample(t testing.TB) (*manifest.Manifest, *policy.Policy) {
-	t.Helper()
-	m, diags := manifest.Load(exampleManifest)
-	if diags.HasErrors() {
-		t.Fatalf("manifest: %v", diags)
-	}
-	p, diags := policy.Load(examplePolicy, m)
-	if diags.HasErrors() {
-		t.Fatalf("policy: %v", diags)
-	}
-	return m, p
 }
 
 func inProcessClient(t testing.TB, s *server.MCPServer) *client.Client {

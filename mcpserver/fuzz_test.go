@@ -7,7 +7,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/physmcp/physmcpd/drivers"
 	"github.com/physmcp/physmcpd/drivers/sim"
 	"github.com/physmcp/physmcpd/engine"
+	"github.com/physmcp/physmcpd/internal/testclock"
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/mcpserver"
 	"github.com/physmcp/physmcpd/policy"
@@ -35,26 +35,9 @@ type fuzzTool struct {
 	name string
 }
 
-// fuzzClock moves on with every input, so cooldowns and rate limits clear
-// and writes keep happening, and time windows open and close.
-type fuzzClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fuzzClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fuzzClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-func fuzzSetup(f *testing.F, clk *fuzzClock, manifestPath, policyPath string) *fuzzDevice {
+// The fuzz clock moves on with every input, so cooldowns and rate limits
+// clear and writes keep happening, and time windows open and close.
+func fuzzSetup(f *testing.F, clk *testclock.Clock, manifestPath, policyPath string) *fuzzDevice {
 	m, diags := manifest.Load(manifestPath)
 	if m == nil {
 		f.Fatal(diags)
@@ -136,7 +119,7 @@ func (d *fuzzDevice) checkInRange(t *testing.T, input string) {
 // result), and no simulated register may ever hold a value outside the
 // manifest's range.
 func FuzzToolArguments(f *testing.F) {
-	clk := &fuzzClock{t: time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)}
+	clk := testclock.New(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC))
 	devices := []*fuzzDevice{
 		fuzzSetup(f, clk, exampleManifest, examplePolicy),
 		fuzzSetup(f, clk, "../examples/pump-skid/physmcp.manifest.yml", "../examples/pump-skid/physmcp.policy.yml"),
@@ -160,7 +143,7 @@ func FuzzToolArguments(f *testing.F) {
 			return // not a JSON-RPC message at all; the transport rejects it
 		}
 		tool := tools[int(which)%len(tools)]
-		clk.advance(7 * time.Minute)
+		clk.Advance(7 * time.Minute)
 		msg := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":%q,"arguments":%s}}`, tool.name, args)
 		reply := tool.s.HandleMessage(context.Background(), json.RawMessage(msg))
 		out, err := json.Marshal(reply)

@@ -9,12 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/physmcp/physmcpd/drivers"
-	"github.com/physmcp/physmcpd/drivers/sim"
 	"github.com/physmcp/physmcpd/engine"
-	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/mcpserver"
-	"github.com/physmcp/physmcpd/policy"
 )
 
 const (
@@ -24,24 +20,8 @@ const (
 
 func pumpSkid(t *testing.T) *engine.Engine {
 	t.Helper()
-	m, diags := manifest.Load(pumpManifest)
-	if m == nil || diags.HasErrors() {
-		t.Fatalf("manifest: %v", diags)
-	}
-	p, diags := policy.Load(pumpPolicy, m)
-	if p == nil || diags.HasErrors() {
-		t.Fatalf("policy: %v", diags)
-	}
-	buses, err := drivers.OpenAll(context.Background(), m, nil, sim.Open, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(m, p, buses, engine.Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	return e
+	m, p := loadDevice(t, pumpManifest, pumpPolicy)
+	return simEngine(t, m, p, nil)
 }
 
 func groupOptions(e *engine.Engine, group string) mcpserver.Options {

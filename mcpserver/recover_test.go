@@ -7,11 +7,9 @@ import (
 	"testing"
 
 	"github.com/physmcp/physmcpd/drivers"
-	"github.com/physmcp/physmcpd/drivers/sim"
 	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/mcpserver"
-	"github.com/physmcp/physmcpd/policy"
 )
 
 // panickyModbus is a Modbus bus whose driver panics while armed.
@@ -41,17 +39,11 @@ func (p *panickyModbus) WriteRegisters(ctx context.Context, unit uint8, addr uin
 // panic in the adapter's own path (recovered at the handler).
 func TestPanicsBecomeErrorResults(t *testing.T) {
 	m, p := loadExample(t)
-	buses, err := drivers.OpenAll(context.Background(), m, nil, sim.Open, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs485 := &panickyModbus{ModbusBus: buses["rs485"].(drivers.ModbusBus)}
-	buses["rs485"] = rs485
-	e, err := engine.New(m, p, buses, engine.Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
+	var rs485 *panickyModbus
+	e := simEngine(t, m, p, func(buses map[string]drivers.Bus) {
+		rs485 = &panickyModbus{ModbusBus: buses["rs485"].(drivers.ModbusBus)}
+		buses["rs485"] = rs485
+	})
 	s, err := mcpserver.New(e, mcpserver.Options{Logger: quietLogger(), Caller: func(context.Context) engine.Caller {
 		return engine.Caller{Identity: "local", Role: p.LocalRole()}
 	}})
@@ -81,23 +73,8 @@ func TestPanicsBecomeErrorResults(t *testing.T) {
 // A panic in the engine's own path (here the approval callback, which runs
 // inside do_*) becomes an isError do_* body, and the next call works.
 func TestEnginePanicBecomesErrorResult(t *testing.T) {
-	m, diags := manifest.Load("../examples/pump-skid/physmcp.manifest.yml")
-	if m == nil {
-		t.Fatal(diags)
-	}
-	p, diags := policy.Load("../examples/pump-skid/physmcp.policy.yml", m)
-	if p == nil {
-		t.Fatal(diags)
-	}
-	buses, err := drivers.OpenAll(context.Background(), m, nil, sim.Open, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(m, p, buses, engine.Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
+	m, p := loadDevice(t, pumpManifest, pumpPolicy)
+	e := simEngine(t, m, p, nil)
 	var approvalPanics atomic.Bool
 	approvalPanics.Store(true)
 	s, err := mcpserver.New(e, mcpserver.Options{Logger: quietLogger(), Group: "operation", Caller: func(context.Context) engine.Caller {
