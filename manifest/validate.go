@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"regexp"
@@ -67,7 +68,7 @@ func (v *validator) run() {
 		v.errorf(m.At.Of("profile"), "profile", "must be full or lite, got %q", m.Profile)
 	}
 	v.usedBus = map[string]bool{}
-	for _, name := range sortedKeys(m.Buses) {
+	for _, name := range slices.Sorted(maps.Keys(m.Buses)) {
 		v.bus(m.Buses[name])
 	}
 	if m.At.Has("capabilities") && len(m.Capabilities) == 0 {
@@ -82,7 +83,7 @@ func (v *validator) run() {
 	if m.SafeState != nil {
 		v.safeState(m)
 	}
-	for _, name := range sortedKeys(m.Buses) {
+	for _, name := range slices.Sorted(maps.Keys(m.Buses)) {
 		if b := m.Buses[name]; !v.usedBus[name] {
 			v.warnf(b.At.Key, "buses."+name, "no capability uses this bus")
 		}
@@ -516,7 +517,7 @@ func (v *validator) binding(path string, c *Capability) {
 	}
 	bus := v.m.Buses[b.Bus]
 	if bus == nil {
-		known := sortedKeys(v.m.Buses)
+		known := slices.Sorted(maps.Keys(v.m.Buses))
 		if len(known) == 0 {
 			v.errorf(b.At.Of("bus"), bp+".bus", "no bus named %q: the manifest declares no buses (add a buses section)", b.Bus)
 		} else {
@@ -593,7 +594,7 @@ func (v *validator) simulation(path string, c *Capability, doNames map[string]*C
 		case c.Kind == KindDo:
 			v.errorf(s.At.Of("follows"), sp+".follows", "only a read capability can follow a do capability")
 		case doNames[s.Follows] == nil:
-			v.errorf(s.At.Of("follows"), sp+".follows", "no do capability named %q%s", s.Follows, strictyaml.SuggestAmong(s.Follows, sortedKeys(doNames), "do capabilities"))
+			v.errorf(s.At.Of("follows"), sp+".follows", "no do capability named %q%s", s.Follows, strictyaml.SuggestAmong(s.Follows, slices.Sorted(maps.Keys(doNames)), "do capabilities"))
 		}
 	}
 }
@@ -639,15 +640,6 @@ func (v *validator) density() {
 			}
 		}
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // safeState checks the safe_state section: a dead man needs a positive

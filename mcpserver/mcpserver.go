@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -132,7 +133,7 @@ func (a *adapter) read(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 	name := req.Params.Name
 	if args, problem := arguments(req); problem != "" || len(args) > 0 {
 		if problem == "" {
-			problem = fmt.Sprintf("%s takes no arguments (got %s)", name, strings.Join(sortedKeys(args), ", "))
+			problem = fmt.Sprintf("%s takes no arguments (got %s)", name, strings.Join(slices.Sorted(maps.Keys(args)), ", "))
 		}
 		c := a.caps[name]
 		var unit *string
@@ -163,7 +164,7 @@ func (a *adapter) do(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 			}
 		}
 		var unknown []string
-		for _, k := range sortedKeys(args) {
+		for _, k := range slices.Sorted(maps.Keys(args)) {
 			if k != "value" && k != "idempotency_key" {
 				unknown = append(unknown, k)
 			}
@@ -246,13 +247,4 @@ func result(body any, isError bool) (*mcp.CallToolResult, error) {
 		RawStructuredContent: text,
 		IsError:              isError,
 	}, nil
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

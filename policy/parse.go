@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -117,7 +118,7 @@ func (v *validator) run() {
 	if df := p.Defaults; df != nil {
 		v.role(df.At, "defaults.require_permission", "require_permission", df.RequirePermission)
 	}
-	for _, name := range sortedKeys(p.TimeWindows) {
+	for _, name := range slices.Sorted(maps.Keys(p.TimeWindows)) {
 		w := p.TimeWindows[name]
 		w.Name = name
 		path := "time_windows." + name
@@ -128,7 +129,7 @@ func (v *validator) run() {
 	}
 	v.usedWindows = map[string]bool{}
 	v.capabilities()
-	for _, name := range sortedKeys(p.TimeWindows) {
+	for _, name := range slices.Sorted(maps.Keys(p.TimeWindows)) {
 		if !v.usedWindows[name] {
 			v.warnf(p.TimeWindows[name].At.Key, "time_windows."+name, "no rule uses this time window")
 		}
@@ -163,7 +164,7 @@ func (v *validator) capabilities() {
 	}
 	byTool := map[string]*ToolPolicy{}
 	keyOf := map[string]string{}
-	keys := sortedKeys(p.Capabilities)
+	keys := slices.Sorted(maps.Keys(p.Capabilities))
 	slices.SortStableFunc(keys, func(a, b string) int { // in source order, so "first" means first in the file
 		return p.Capabilities[a].At.Key.Line - p.Capabilities[b].At.Key.Line
 	})
@@ -268,7 +269,7 @@ func (v *validator) timeWindowRule(path string, r *TimeWindowRule) {
 	if len(r.AllowDuring) == 0 && len(r.DenyDuring) == 0 {
 		v.errorf(r.At.Self, path, "a time_window rule needs allow_during, deny_during or both")
 	}
-	names := sortedKeys(v.p.TimeWindows)
+	names := slices.Sorted(maps.Keys(v.p.TimeWindows))
 	check := func(key string, list []string) {
 		for i, name := range list {
 			v.usedWindows[name] = true
@@ -352,7 +353,7 @@ func (v *validator) identity(id *Identity) {
 			}
 			continue
 		}
-		for _, typ := range sortedKeys(providerKeys) {
+		for _, typ := range slices.Sorted(maps.Keys(providerKeys)) {
 			for _, key := range providerKeys[typ] {
 				if typ != pr.Type && pr.At.Has(key) {
 					v.errorf(pr.At.Of(key), path+"."+key, "%s belongs to a %s provider, not %s", key, typ, pr.Type)
@@ -398,13 +399,4 @@ func (v *validator) identity(id *Identity) {
 			v.warnf(pr.At.Of("type"), path, "mtls providers are parsed but not yet used to authenticate; their callers get no role")
 		}
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

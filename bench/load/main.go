@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -81,7 +82,7 @@ func (r *Report) String() string {
 	fmt.Fprintf(&b, "calls by tool: %v\n", r.ByTool)
 	fmt.Fprintf(&b, "p50 by tool: %v\n", r.ToolP50)
 	fmt.Fprintf(&b, "do_* refused by policy: %v\n", r.Refusals)
-	for _, tool := range sortedKeys(r.Writes) {
+	for _, tool := range slices.Sorted(maps.Keys(r.Writes)) {
 		fmt.Fprintf(&b, "%s: %d device writes (%d successful calls), limits allow at most %d\n", tool, r.Writes[tool], r.DoSuccesses[tool], r.Allowed[tool])
 	}
 	fmt.Fprintf(&b, "peak heap in use %.1f MiB, peak RSS %.1f MiB, heap after %.1f MiB\n", mib(r.PeakHeap), mib(r.PeakRSS), mib(r.HeapAfter))
@@ -433,15 +434,6 @@ func peakRSS() uint64 {
 		}
 	}
 	return 0
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 func main() {
