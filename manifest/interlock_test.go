@@ -32,21 +32,7 @@ var interlockEdits = []edit{
 		new: "    simulation:\n      follows: pump_run\n    interlocks: [{capability: tank_level, op: \">\", value: 10}]\n", at: "[{capability", msg: "only applies to do capabilities"},
 }
 
-func TestInterlockFindings(t *testing.T) {
-	for _, e := range interlockEdits {
-		t.Run(e.name, func(t *testing.T) {
-			text, want := e.apply(t)
-			m, diags := Parse("m.yml", []byte(text))
-			if !e.warning && m != nil {
-				t.Errorf("want the manifest rejected")
-			}
-			if e.warning && m == nil {
-				t.Errorf("a warning must not reject the manifest:\n%s", diags)
-			}
-			checkFinding(t, diags, want, e.msg, e.warning)
-		})
-	}
-}
+func TestInterlockFindings(t *testing.T) { runEdits(t, interlockEdits) }
 
 func TestInterlockResolves(t *testing.T) {
 	// A tool name resolves like a capability name.

@@ -310,8 +310,11 @@ var manifestEdits = []edit{
 	{name: "gpio chip by number", base: greenhouse, old: "chip: pinctrl-bcm2711", new: "chip: gpiochip0", at: "gpiochip0", msg: "chip number", warning: true},
 }
 
-func TestManifestFindings(t *testing.T) {
-	for _, e := range manifestEdits {
+func TestManifestFindings(t *testing.T) { runEdits(t, manifestEdits) }
+
+// runEdits parses each edited manifest and checks its one expected finding.
+func runEdits(t *testing.T, edits []edit) {
+	for _, e := range edits {
 		t.Run(e.name, func(t *testing.T) {
 			text, want := e.apply(t)
 			m, diags := Parse("m.yml", []byte(text))
