@@ -170,14 +170,11 @@ func (e *Engine) longestRate(pt *point) (longest time.Duration) {
 	return longest
 }
 
-// readFresh reads the point from the device, bypassing the cache: a write
-// must start from, and report, what the device says now.
+// readFresh reads the point from the device now, neither from the cache nor
+// by joining a read already under way (which may have begun before a write):
+// a write must start from, and report, what the device says now.
 func (e *Engine) readFresh(ctx context.Context, pt *point) (*reading, error) {
-	r, err := e.sample(ctx, pt)
-	if err != nil {
-		return nil, err
-	}
-	return r, nil
+	return e.measure(ctx, pt)
 }
 
 // askApproval asks the caller's person, when the transport can; without a way

@@ -75,10 +75,13 @@ type point struct {
 
 	reads flight
 
-	mu        sync.Mutex
-	last      *reading // latest successful read (plausible or not)
-	lastGood  *reading // latest plausible read
-	lastErr   error    // error of the latest attempt, nil after a success
+	mu       sync.Mutex
+	last     *reading // latest successful read (plausible or not)
+	lastGood *reading // latest plausible read
+	lastErr  error    // error of the latest attempt, nil after a success
+	// gen counts writes to the point's location; a read that saw it change
+	// while under way is not cached.
+	gen       uint64
 	lastWrite time.Time
 	writes    []time.Time // successful writes, oldest first, for rate limits
 	latency   latencyEstimate

@@ -27,14 +27,14 @@ func (e *Engine) interlocks(ctx context.Context, pt *point, value any, fresh boo
 		}
 		src := e.points[il.Source.ToolName()]
 		var r *reading
-		if !fresh {
-			r = e.cached(src)
+		var err error
+		if fresh {
+			r, err = e.readFresh(ctx, src)
+		} else if r = e.cached(src); r == nil {
+			r, err = e.sample(ctx, src)
 		}
-		if r == nil {
-			var err error
-			if r, err = e.sample(ctx, src); err != nil {
-				return deny(promcp.SourceUnreachable, "interlock %s cannot be checked, so %s may not act: %v", condition(il), pt.tool, err)
-			}
+		if err != nil {
+			return deny(promcp.SourceUnreachable, "interlock %s cannot be checked, so %s may not act: %v", condition(il), pt.tool, err)
 		}
 		if r.flag != "" {
 			return deny(promcp.PolicyDenied, "interlock %s cannot be checked, so %s may not act: %s is implausible (%s)", condition(il), pt.tool, src.tool, r.flag)

@@ -91,34 +91,45 @@ func staleLimit(c *manifest.Capability) time.Duration {
 // sample reads the point from the bus (collapsing concurrent callers) and
 // records the outcome.
 func (e *Engine) sample(ctx context.Context, pt *point) (*reading, error) {
-	return pt.reads.do(ctx, func() (*reading, error) {
-		var r *reading
-		err := e.transact(context.WithoutCancel(ctx), pt, func(ctx context.Context) error {
-			s, err := pt.drv.Read(ctx)
-			if err != nil {
-				return err
-			}
-			// The engine's clock stamps the measurement, so cache ages,
-			// cooldowns and timestamps all come from one clock.
-			r = &reading{value: s.Value, at: e.now(), flag: s.Flag}
-			if r.flag == "" {
-				r.flag = implausible(pt.c, s.Value)
-			}
-			return nil
-		})
-		pt.mu.Lock()
-		defer pt.mu.Unlock()
+	return pt.reads.do(ctx, func() (*reading, error) { return e.measure(ctx, pt) })
+}
+
+// measure performs one read transaction and records its outcome. A reading
+// that was under way while a write changed the same register or line is
+// returned to its caller but not cached: it may show the value from before
+// the write.
+func (e *Engine) measure(ctx context.Context, pt *point) (*reading, error) {
+	pt.mu.Lock()
+	gen := pt.gen
+	pt.mu.Unlock()
+	var r *reading
+	err := e.transact(context.WithoutCancel(ctx), pt, func(ctx context.Context) error {
+		s, err := pt.drv.Read(ctx)
 		if err != nil {
-			pt.lastErr = err
-			return nil, fmt.Errorf("%s: %w", pt.drv.Describe(), err)
+			return err
 		}
-		pt.lastErr = nil
+		// The engine's clock stamps the measurement, so cache ages,
+		// cooldowns and timestamps all come from one clock.
+		r = &reading{value: s.Value, at: e.now(), flag: s.Flag}
+		if r.flag == "" {
+			r.flag = implausible(pt.c, s.Value)
+		}
+		return nil
+	})
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	if err != nil {
+		pt.lastErr = err
+		return nil, fmt.Errorf("%s: %w", pt.drv.Describe(), err)
+	}
+	pt.lastErr = nil
+	if pt.gen == gen {
 		pt.last = r
 		if r.flag == "" {
 			pt.lastGood = r
 		}
-		return r, nil
-	})
+	}
+	return r, nil
 }
 
 // implausible says why a successfully read value cannot be trusted as it
@@ -182,6 +193,7 @@ func (e *Engine) invalidate(pt *point) {
 	for _, other := range e.byLocation[pt.location] {
 		other.mu.Lock()
 		other.last = nil
+		other.gen++
 		other.mu.Unlock()
 	}
 }
