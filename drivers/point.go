@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -369,15 +370,14 @@ func (p *gpioPoint) Write(ctx context.Context, v Value) error {
 // simulateAll is set, else with the real driver for its type. On failure the
 // buses already opened are closed again.
 func OpenAll(ctx context.Context, m *manifest.Manifest, real Openers, sim Opener, simulateAll bool) (map[string]Bus, error) {
-	names := make([]string, 0, len(m.Buses))
-	for name := range m.Buses {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(m.Buses))
 	open := make(map[string]Bus, len(names))
 	fail := func(err error) (map[string]Bus, error) {
-		for _, b := range open {
-			b.Close()
+		// Close in the reverse of the opening order, like deferred closes.
+		for _, name := range slices.Backward(names) {
+			if b, ok := open[name]; ok {
+				b.Close()
+			}
 		}
 		return nil, err
 	}
