@@ -127,7 +127,7 @@ func New(m *manifest.Manifest, p *policy.Policy, buses map[string]drivers.Bus, o
 		if !ok {
 			return nil, fmt.Errorf("capability %s: bus %q was not opened", c.ToolName(), c.Binding.Bus)
 		}
-		drv, err := drivers.Bind(bus, c)
+		drv, err := drivers.BindWith(bus, c, drivers.BindOptions{Now: e.now})
 		if err != nil {
 			return nil, fmt.Errorf("capability %s: %w", c.ToolName(), err)
 		}

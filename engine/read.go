@@ -108,9 +108,9 @@ func (e *Engine) measure(ctx context.Context, pt *point) (*reading, error) {
 		if err != nil {
 			return err
 		}
-		// The engine's clock stamps the measurement, so cache ages,
-		// cooldowns and timestamps all come from one clock.
-		r = &reading{value: s.Value, at: e.now(), flag: s.Flag}
+		// Points stamp samples with the engine's clock (BindWith), so cache
+		// ages, cooldowns and timestamps all come from one clock.
+		r = &reading{value: s.Value, at: s.At, flag: s.Flag}
 		if r.flag == "" {
 			r.flag = implausible(pt.c, s.Value)
 		}
