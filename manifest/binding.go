@@ -548,10 +548,12 @@ func (k *modbusBindingKeys) check(d *strictyaml.Decoder, path string, c *Capabil
 	switch {
 	case k.DataType == "" && b.Table.IsBits():
 		dt = MBBool
-	case k.DataType == "":
-		if b.Table != "" {
-			bad("", "missing data_type for a %s register (one of %s); physmcpd does not guess how a value is encoded", b.Table, quoteList(modbusTypes[1:]))
-		}
+	case k.DataType == "" && b.Table != "":
+		// PhysMCP's own example ("slave=1:reg=40001:type=holding") names no
+		// type: one register is read as the protocol's native uint16, and the
+		// manifest's author is told so.
+		dt = MBUint16
+		d.WarnAt(at.Self, path, "no data_type for the %s register: it is read as uint16; write dtype=/data_type: (one of %s) if the device encodes it otherwise", b.Table, quoteList(modbusTypes[1:]))
 	case !slices.Contains(modbusTypes, dt):
 		bad("data_type", "unknown Modbus data type %q; expected one of %s", k.DataType, quoteList(modbusTypes))
 		dt = ""

@@ -189,6 +189,18 @@ func TestShortFormsNormalise(t *testing.T) {
 	if g := m.Tool("do_vent_fan").Binding.GPIO; !g.HasOffset || g.Offset != 14 || g.Line != "" || *g.SafeLevel {
 		t.Errorf("pin=14: %+v", g)
 	}
+	// The spec's Modbus example names no data type: read as uint16, with a warning.
+	mb := strings.Replace(readFile(t, greenhouse), `"slave=1:reg=40001:type=holding:dtype=float32:byte_order=big:word_order=big"`, `"slave=1:reg=40001:type=holding"`, 1)
+	m, diags = Parse("m.yml", []byte(mb))
+	if m == nil {
+		t.Fatal(diags)
+	}
+	if b := m.Tool("read_heater_setpoint").Binding.Modbus; b.Table != TableHolding || b.Address != 0 || b.DataType != MBUint16 || b.Unit != 1 {
+		t.Errorf("slave=1:reg=40001:type=holding: %+v", b)
+	}
+	if w := diags.Warnings().String(); !strings.Contains(w, "read as uint16") {
+		t.Errorf("no warning about the assumed data type:\n%s", diags)
+	}
 }
 
 // Each error class, with the line and column it must be reported at.
@@ -287,7 +299,7 @@ var manifestEdits = []edit{
 	{name: "modbus bool on register", base: greenhouse, old: "      data_type: uint32\n", new: "      data_type: bool\n", at: "bool\n", msg: "bool is for coils"},
 	{name: "modbus register type on coil", base: pumpSkid, old: "      table: discrete_input\n      address: 0\n", new: "      table: discrete_input\n      address: 0\n      data_type: uint16\n", at: "uint16", msg: "holds single bits"},
 	{name: "modbus do on read-only table", base: greenhouse, old: "      table: holding\n      address: 0\n", new: "      table: input\n      address: 0\n", at: "input\n      address: 0", msg: "read-only"},
-	{name: "modbus missing data type", base: pumpSkid, old: "      address: 6\n      data_type: uint16\n", new: "      address: 6\n", at: "bus: plc\n      unit: 1\n      table: input\n      address: 6", msg: "missing data_type"},
+	{name: "modbus data type assumed", base: pumpSkid, old: "      address: 6\n      data_type: uint16\n", new: "      address: 6\n", at: "bus: plc\n      unit: 1\n      table: input\n      address: 6", msg: "read as uint16", warning: true},
 	{name: "modbus unknown data type", base: pumpSkid, old: "      address: 6\n      data_type: uint16\n", new: "      address: 6\n      data_type: word\n", at: "word", msg: "unknown Modbus data type"},
 	{name: "modbus bit without bit", base: pumpSkid, old: "      address: 6\n      data_type: uint16\n", new: "      address: 6\n      data_type: bit\n", at: "bus: plc\n      unit: 1\n      table: input\n      address: 6", msg: "needs bit"},
 	{name: "modbus string without length", base: pumpSkid, old: "      address: 6\n      data_type: uint16\n", new: "      address: 6\n      data_type: string\n      byte_order: big\n", at: "bus: plc\n      unit: 1\n      table: input\n      address: 6", msg: "needs length"},
