@@ -101,6 +101,13 @@ var (
 	ErrTimeout = errors.New("timeout")
 	// ErrUnreachable: the bus or device is offline (not connected, not present).
 	ErrUnreachable = errors.New("unreachable")
+	// ErrInDoubt: a write left for the device but no reply confirmed or
+	// refused it (reply lost, link dropped after sending, deadline passed).
+	// The device may or may not have applied it. Transports never resend such
+	// a write; they wrap this error (besides ErrTimeout or ErrUnreachable) so
+	// the engine can settle the outcome by reading the device instead.
+	// A write that returns any other error was not applied.
+	ErrInDoubt = errors.New("write outcome unknown")
 )
 
 // Value is a capability value as clients see it: float64, int64, bool or string.

@@ -283,9 +283,9 @@ func timestampSchema(description string) Schema {
 }
 
 func permissionSchema(description string) Schema {
-	enum := make([]any, len(Permissions))
-	for i, p := range Permissions {
-		enum[i] = string(p)
+	enum := make([]any, 0, len(Permissions)+len(ExtensionPermissions))
+	for _, p := range append(Permissions[:len(Permissions):len(Permissions)], ExtensionPermissions...) {
+		enum = append(enum, string(p))
 	}
 	return Schema{"type": "string", "enum": enum, "description": description}
 }

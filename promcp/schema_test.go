@@ -170,9 +170,11 @@ func TestDoOutputSchema(t *testing.T) {
 	}.run(t)
 }
 
-func TestPermissionEnumIsExactlyTheNine(t *testing.T) {
+// The nine proMCP values, then PhysMCP's prefixed extensions (never a bare new word).
+func TestPermissionEnumIsTheNinePlusPrefixedExtensions(t *testing.T) {
 	want := []any{"allowed", "requires_human_approval", "policy_denied", "rate_limited", "cooldown_active",
-		"out_of_range", "permission_insufficient", "source_unreachable", "partition_no_quorum"}
+		"out_of_range", "permission_insufficient", "source_unreachable", "partition_no_quorum",
+		"physmcp:device_rejected", "physmcp:superseded"}
 	got := DoOutputSchema(setpoint)["properties"].(Schema)["permission"].(Schema)["enum"]
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("do permission enum = %v", got)

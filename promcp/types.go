@@ -39,6 +39,21 @@ var Permissions = []Permission{
 	OutOfRange, PermissionInsufficient, SourceUnreachable, PartitionNoQuorum,
 }
 
+// PhysMCP's extension permissions, prefixed as proMCP requires of extensions.
+const (
+	// DeviceRejected: the device answered and refused the request (a Modbus
+	// exception reply such as illegal data address or value). Unlike
+	// source_unreachable, waiting does not help: the request must change.
+	DeviceRejected Permission = "physmcp:device_rejected"
+	// Superseded: a retried idempotency key whose write had no known outcome
+	// was followed by a later write to the same register or line; writing it
+	// now would undo that later write, so nothing is written.
+	Superseded Permission = "physmcp:superseded"
+)
+
+// ExtensionPermissions lists the extension values the server may answer.
+var ExtensionPermissions = []Permission{DeviceRejected, Superseded}
+
 // Status is the outcome of a do_* call.
 type Status string
 
