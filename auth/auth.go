@@ -94,7 +94,8 @@ type Options struct {
 }
 
 // Leeway is the clock skew allowed on a JWT's exp, nbf and iat: boards
-// without a real-time clock may run a little off until NTP catches up.
+// without a real-time clock may run a little off until NTP catches up. An
+// emergency override gets it on iat only: it ends exactly when it expires.
 const Leeway = 60 * time.Second
 
 // Authenticator maps bearer tokens to principals.
@@ -255,7 +256,10 @@ func (a *Authenticator) staticToken(token string) (Principal, bool) {
 // describeJWTError turns the library's validation errors into the reason a
 // client (and its operator) can act on.
 func describeJWTError(err error) *Error {
+	var own *Error // our own refusal from the key function (crit)
 	switch {
+	case errors.As(err, &own):
+		return own
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return invalid("the token has expired")
 	case errors.Is(err, jwt.ErrTokenInvalidAudience):

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -101,7 +102,7 @@ func parseVerificationKey(data []byte) (any, []string, error) {
 
 func (v *jwtVerifier) verify(token string, now func() time.Time) (Principal, error) {
 	claims := jwt.MapClaims{}
-	_, err := jwt.ParseWithClaims(token, claims, func(*jwt.Token) (any, error) { return v.key, nil },
+	_, err := jwt.ParseWithClaims(token, claims, keyWithoutCrit(v.key),
 		jwt.WithValidMethods(v.methods), jwt.WithIssuer(v.issuer), jwt.WithAudience(v.audience),
 		jwt.WithExpirationRequired(), jwt.WithIssuedAt(), jwt.WithTimeFunc(now), jwt.WithLeeway(Leeway))
 	if err != nil {
@@ -122,4 +123,28 @@ func (v *jwtVerifier) verify(token string, now func() time.Time) (Principal, err
 		p.Expires = exp.Time
 	}
 	return p, nil
+}
+
+// keyWithoutCrit returns a key function that refuses any token whose header
+// has "crit". RFC 7515 §4.1.11: a recipient must reject a JWS whose crit lists
+// an extension it does not understand, and physmcpd understands none; a crit
+// that is not a non-empty list of names is malformed and refused as well.
+func keyWithoutCrit(key any) jwt.Keyfunc {
+	return func(t *jwt.Token) (any, error) {
+		crit, ok := t.Header["crit"]
+		if !ok {
+			return key, nil
+		}
+		list, _ := crit.([]any)
+		names := make([]string, 0, len(list))
+		for _, n := range list {
+			if s, isString := n.(string); isString && s != "" {
+				names = append(names, s)
+			}
+		}
+		if len(list) == 0 || len(names) != len(list) {
+			return nil, invalid("the token's \"crit\" header is malformed (RFC 7515 §4.1.11 requires a non-empty list of header names): %v", crit)
+		}
+		return nil, invalid("the token requires header extensions this server does not understand (crit: %s)", strings.Join(names, ", "))
+	}
 }

@@ -131,29 +131,41 @@ func (o *overrideVerifier) emit(e AuditEvent) {
 // verify checks an override token. The role comes from the policy in force,
 // not from the token, and the policy's TTL bounds the token's life even if it
 // was minted under a longer one.
+//
+// An override ends exactly at its exp, or at iat + the policy's TTL if that is
+// sooner: the clock-skew Leeway is for an issuer's clock, and must not give an
+// emergency grant of a higher role an extra minute. The library still applies
+// Leeway to iat, so a token minted on a host whose clock runs slightly ahead
+// is usable at once; that moves its start, never its end.
 func (o *overrideVerifier) verify(token string) (Principal, error) {
 	var c overrideClaims
-	_, err := jwt.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return o.key, nil },
+	_, err := jwt.ParseWithClaims(token, &c, keyWithoutCrit(o.key),
 		jwt.WithValidMethods([]string{"HS256"}), jwt.WithIssuer(OverrideIssuer), jwt.WithAudience(o.deviceID),
 		jwt.WithExpirationRequired(), jwt.WithIssuedAt(), jwt.WithTimeFunc(o.now), jwt.WithLeeway(Leeway))
+	now := o.now()
 	var refused *Error
 	switch {
 	case err != nil:
 		refused = describeJWTError(err)
 	case c.IssuedAt == nil:
 		refused = invalid("the override token has no iat")
-	case o.now().Sub(c.IssuedAt.Time) > o.ttl+Leeway:
+	case !now.Before(c.ExpiresAt.Time):
+		refused = invalid("the token has expired")
+	case !now.Before(c.IssuedAt.Add(o.ttl)):
 		refused = invalid("the override has outlived the policy's override_token_ttl_seconds (%s)", o.ttl)
 	}
 	if refused != nil {
 		o.emit(AuditEvent{Kind: AuditOverrideRefused, Name: c.Subject, TokenID: c.ID, Reason: c.Reason, Detail: refused.Description})
 		return Principal{}, refused
 	}
-	p := Principal{Name: "override:" + c.Subject, Role: o.role, Method: MethodOverride, Expires: c.ExpiresAt.Time, TokenID: c.ID}
+	expires := c.ExpiresAt.Time
+	if end := c.IssuedAt.Add(o.ttl); end.Before(expires) {
+		expires = end
+	}
+	p := Principal{Name: "override:" + c.Subject, Role: o.role, Method: MethodOverride, Expires: expires, TokenID: c.ID}
 	o.mu.Lock()
-	now := o.now()
 	for id, exp := range o.seen {
-		if now.After(exp.Add(Leeway)) {
+		if !now.Before(exp) {
 			delete(o.seen, id)
 		}
 	}
