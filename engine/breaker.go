@@ -47,11 +47,9 @@ var (
 	ErrDriverPanic = errors.New("driver panic")
 )
 
-// faults holds the engine's per-device breakers and per-point write locks;
-// its zero value is ready to use.
+// faults holds the engine's per-device breakers; its zero value is ready to use.
 type faults struct {
 	devices sync.Map // device key → *device
-	writes  sync.Map // *point → *sync.Mutex
 }
 
 type breakerState int
@@ -210,14 +208,4 @@ func (e *Engine) transact(ctx context.Context, pt *point, f func(context.Context
 // once, with the moment the next attempt may be made.
 func (e *Engine) breakerBlocks(pt *point) (clearsAt time.Time, err error) {
 	return e.device(pt).blocked(e.now())
-}
-
-// serialiseWrites makes do_* calls on one point take turns from the limit
-// check to the charge, so concurrent calls with different keys cannot all
-// pass a cooldown or rate limit before any of them is charged.
-func (e *Engine) serialiseWrites(pt *point) (unlock func()) {
-	m, _ := e.faults.writes.LoadOrStore(pt, new(sync.Mutex))
-	mu := m.(*sync.Mutex)
-	mu.Lock()
-	return mu.Unlock
 }

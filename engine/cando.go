@@ -299,8 +299,14 @@ func (e *Engine) dryRun(ctx context.Context, pt *point, caller Caller, in promcp
 		// Nothing is known yet, or the latest attempt failed: ask the device
 		// before promising anything.
 		if _, err := e.sample(ctx, pt); err != nil {
+			if perm := failurePermission(err); perm == promcp.DeviceRejected {
+				return deny(perm, "the device refuses to read %s: %v", pt.tool, err)
+			}
 			return deny(promcp.SourceUnreachable, "the device does not answer: %v", err)
 		}
+	}
+	if refused, ok := pt.refusedBefore(d.value); ok {
+		return refused
 	}
 	return d
 }

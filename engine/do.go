@@ -45,20 +45,20 @@ func (e *Engine) Do(ctx context.Context, caller Caller, tool string, req promcp.
 	fp := fingerprint(tool, value)
 	release, _ := e.claim(key)
 	defer release()
+	var doubt *Record // this key's earlier write, sent with no known outcome
 	if rec, ok := e.idem.Load(key); ok {
-		if rec.Fingerprint != fp {
+		switch {
+		case rec.Fingerprint != fp:
 			return e.refuse(pt, key, "", fmt.Sprintf("idempotency_key %q was already used for a different request; use a new key for a new action", key)), nil
-		}
-		if !rec.InDoubt {
+		case rec.InDoubt:
+			if resp, outcome = e.settleLocked(ctx, pt, key, rec); outcome != "" {
+				return resp, nil
+			}
+			doubt = &rec
+		case !rec.retryable():
 			e.log.Info("do replayed", "tool", tool, "key", key)
 			outcome = OutcomeReplayed
 			return rec.Response, nil
-		}
-		if resp, done := e.resolveInDoubt(ctx, pt, key, rec); done {
-			if resp.Status != promcp.StatusFailed {
-				outcome = OutcomeConfirmed
-			}
-			return resp, nil
 		}
 	}
 
@@ -70,56 +70,117 @@ func (e *Engine) Do(ctx context.Context, caller Caller, tool string, req promcp.
 		e.log.Info("do refused", "tool", tool, "key", key, "permission", d.permission, "reason", d.reason, "caller", caller.Identity)
 		return e.refuse(pt, key, d.permission, d.reason), nil
 	}
-	// Writes to one point take turns from here to the charge, and check the
-	// limits again in turn: another call may have written meanwhile.
-	defer e.serialiseWrites(pt)()
+	// Writes to one register or line (and to the sources of its interlocks)
+	// take turns from here to the charge, and check the limits again in turn:
+	// another call may have written meanwhile.
+	defer e.lockWrites(pt)()
+	if doubt != nil {
+		// A write may have come between settling and taking the turn.
+		if later, tool, ok := pt.site.after(doubt.Seq); ok {
+			outcome = OutcomeSuperseded
+			return e.superseded(pt, key, *doubt, later, tool), nil
+		}
+	}
 	if l := e.limits(pt); l.permission != promcp.Allowed {
+		if doubt != nil {
+			l.reason += "; the earlier attempt with this key was not applied (the device does not show its value), and writing it now counts as a new write"
+		}
 		return e.refuse(pt, key, l.permission, l.reason), nil
 	}
 
 	prev, err := e.readFresh(ctx, pt)
 	if err != nil {
-		return e.refuse(pt, key, promcp.SourceUnreachable, fmt.Sprintf("could not read the current value, so nothing was written: %v", err)), nil
+		return e.refuse(pt, key, failurePermission(err), fmt.Sprintf("could not read the current value, so nothing was written: %v", err)), nil
 	}
 	if il := e.interlocks(ctx, pt, d.value, true); il.permission != promcp.Allowed {
 		e.log.Info("do refused by an interlock", "tool", tool, "key", key, "permission", il.permission, "reason", il.reason, "caller", caller.Identity)
 		return e.refuse(pt, key, il.permission, il.reason), nil
 	}
+	resp, outcome = e.write(ctx, pt, key, fp, d, prev.value)
+	return resp, nil
+}
 
-	resp = e.response(pt, key)
-	resp.PreviousValue = prev.value
+// write sends d.value to the device exactly once. The intent is recorded
+// first, so a lost outcome is settled by a retry instead of written twice;
+// the write is charged to the limits from the moment it leaves, whether it
+// is then confirmed or its outcome is lost. The caller holds the write turn.
+func (e *Engine) write(ctx context.Context, pt *point, key, fp string, d decision, prev any) (promcp.DoResponse, string) {
+	resp := e.response(pt, key)
+	resp.PreviousValue = prev
 	resp.AppliedValue = d.value
 	resp.Warnings = d.warnings
-	// Record the intent before touching the device: if the write's outcome is
-	// lost, a retry with this key checks the device instead of writing twice.
-	intent := Record{Fingerprint: fp, Tool: pt.tool, Response: resp, At: e.now(), InDoubt: true}
+	w := Write{At: e.now(), Value: d.value, Seq: pt.site.nextSeq(), Key: key}
+	intent := Record{Fingerprint: fp, Tool: pt.tool, Response: resp, At: w.At, InDoubt: true, Seq: w.Seq, SentAt: w.At}
 	if err := e.idem.Save(key, intent); err != nil {
-		return e.refuse(pt, key, "", fmt.Sprintf("could not record the request, so nothing was written: %v", err)), nil
+		failed := e.refuse(pt, key, "", fmt.Sprintf("could not record the request, so nothing was written: %v", err))
+		failed.PreviousValue = prev
+		return failed, OutcomeFailed
 	}
 
 	werr := e.transact(ctx, pt, func(ctx context.Context) error { return pt.drv.Write(ctx, d.value) })
+	if werr != nil && !inDoubt(werr) {
+		return e.notApplied(pt, key, fp, d.value, prev, werr)
+	}
+	chargeErr := e.charge(pt, w)
 	if werr != nil {
-		e.log.Warn("do write failed", "tool", tool, "key", key, "point", pt.drv.Describe(), "err", werr)
-		failed := e.refuse(pt, key, promcp.SourceUnreachable, fmt.Sprintf("write failed: %v", werr))
-		if errors.Is(werr, drivers.ErrTimeout) || errors.Is(werr, context.DeadlineExceeded) || errors.Is(werr, ErrDriverPanic) {
-			failed.Reason += "; the device may have applied it: retry with the same idempotency_key to check without writing twice"
+		e.log.Warn("do write outcome unknown", "tool", pt.tool, "key", key, "point", pt.drv.Describe(), "seq", w.Seq, "err", werr)
+		resp.Permission = promcp.SourceUnreachable
+		resp.AppliedValue = nil
+		resp.Reason = fmt.Sprintf("the write of %v was sent but its outcome is unknown (%v): the device may have applied it. "+
+			"Retry with the same idempotency_key: the retry checks the device and never writes twice. "+
+			"This write counts against the cooldown and rate limits.", d.value, werr)
+		if chargeErr != nil {
+			resp.Warnings = append(resp.Warnings, chargeWarning(chargeErr))
 		}
-		return failed, nil
+		return resp, OutcomeInDoubt
 	}
-	var spendWarning string
-	if err := e.charge(pt, e.now(), d.value); err != nil {
-		spendWarning = fmt.Sprintf("the write could not be recorded for the cooldown and rate limits (%v): a restart may allow the next write early", err)
-	}
+	pt.clearRefusal()
 	resp = e.finish(ctx, pt, key, fp, resp, d.value, d.clamped)
-	if spendWarning != "" {
-		resp.Warnings = append(resp.Warnings, spendWarning)
+	if chargeErr != nil {
+		resp.Warnings = append(resp.Warnings, chargeWarning(chargeErr))
 	}
-	return resp, nil
+	return resp, OutcomeApplied
+}
+
+func chargeWarning(err error) string {
+	return fmt.Sprintf("the write could not be recorded for the cooldown and rate limits (%v): a restart may allow the next write early", err)
+}
+
+// inDoubt says whether a failed write may nevertheless have been applied:
+// the transport says so, or the deadline passed or the driver panicked with
+// the write possibly under way.
+func inDoubt(err error) bool {
+	return errors.Is(err, drivers.ErrInDoubt) || errors.Is(err, drivers.ErrTimeout) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrDriverPanic)
+}
+
+// notApplied answers a write that certainly changed nothing: the device
+// refused it, or it never left. The outcome is recorded, so the in-doubt
+// intent does not outlive it, as a failure that a retry with the key may try
+// again (it is not replayed).
+func (e *Engine) notApplied(pt *point, key, fp string, value, prev any, werr error) (promcp.DoResponse, string) {
+	perm, outcome := failurePermission(werr), OutcomeFailed
+	reason := fmt.Sprintf("write failed, nothing was applied: %v", werr)
+	if perm == promcp.DeviceRejected {
+		outcome = OutcomeRejected
+		reason = fmt.Sprintf("the device refused the write, nothing was applied: %v. Retrying the same request will not help; check the value and the binding (address, unit, data type)", werr)
+		pt.noteRefusal(value, werr)
+		e.log.Warn("do refused by the device", "tool", pt.tool, "key", key, "point", pt.drv.Describe(), "value", value, "err", werr)
+	} else {
+		e.log.Warn("do write failed", "tool", pt.tool, "key", key, "point", pt.drv.Describe(), "err", werr)
+	}
+	failed := e.refuse(pt, key, perm, reason)
+	failed.PreviousValue = prev
+	if err := e.idem.Save(key, Record{Fingerprint: fp, Tool: pt.tool, Response: failed, At: e.now()}); err != nil {
+		failed.Warnings = append(failed.Warnings, fmt.Sprintf("the failure could not be recorded (%v): a retry with this key reads the device first", err))
+	}
+	return failed, outcome
 }
 
 // finish reads the point back after a write, completes and records the response.
 func (e *Engine) finish(ctx context.Context, pt *point, key, fp string, resp promcp.DoResponse, written any, clamped bool) promcp.DoResponse {
 	resp.Status = promcp.StatusSuccess
+	resp.Permission, resp.Reason = "", ""
 	if clamped {
 		resp.Status = promcp.StatusPartial
 	}
@@ -144,23 +205,63 @@ func (e *Engine) finish(ctx context.Context, pt *point, key, fp string, resp pro
 	return resp
 }
 
-// resolveInDoubt settles a key whose earlier write had no known outcome: if
-// the device already shows the requested value, that write happened and is
-// recorded now; otherwise the call proceeds as new.
-func (e *Engine) resolveInDoubt(ctx context.Context, pt *point, key string, rec Record) (promcp.DoResponse, bool) {
+// settleLocked settles an in-doubt key under its site's write turn.
+func (e *Engine) settleLocked(ctx context.Context, pt *point, key string, rec Record) (promcp.DoResponse, string) {
+	defer e.lockWrites(pt)()
+	return e.settle(ctx, pt, key, rec)
+}
+
+// settle decides what became of an in-doubt key's write, writing nothing:
+//   - a later write to the same register or line was made since: superseded
+//     (its own outcome no longer matters: the device holds the later value);
+//   - else the device shows the requested value: it was applied, and is
+//     recorded as done;
+//   - else it was not applied: outcome "" and the call may write it now.
+//
+// The caller holds the site's write turn.
+func (e *Engine) settle(ctx context.Context, pt *point, key string, rec Record) (promcp.DoResponse, string) {
+	if later, tool, ok := pt.site.after(rec.Seq); ok && rec.Seq > 0 {
+		return e.superseded(pt, key, rec, later, tool), OutcomeSuperseded
+	}
 	cur, err := e.readFresh(ctx, pt)
 	if err != nil {
-		return e.refuse(pt, key, promcp.SourceUnreachable, fmt.Sprintf("an earlier call with this key may have written; the device cannot be read to check, so nothing was written: %v", err)), true
+		failed := e.refuse(pt, key, failurePermission(err), fmt.Sprintf("an earlier call with this key may have written; the device cannot be read to check, so nothing was written: %v", err))
+		failed.PreviousValue = rec.Response.PreviousValue
+		return failed, OutcomeFailed
 	}
 	want := rec.Response.AppliedValue
 	if !sameValue(pt, cur.value, want) {
-		return promcp.DoResponse{}, false
+		return promcp.DoResponse{}, ""
 	}
-	if err := e.charge(pt, rec.At, want); err != nil {
-		rec.Response.Warnings = append(rec.Response.Warnings, fmt.Sprintf("the write could not be recorded for the cooldown and rate limits: %v", err))
+	if rec.Seq == 0 || !pt.site.charged(rec.Seq) {
+		// A record from before writes were numbered, or a crash between
+		// sending and charging: charge it now, from when it was sent.
+		sent := rec.SentAt
+		if sent.IsZero() {
+			sent = rec.At
+		}
+		if err := e.charge(pt, Write{At: sent, Value: want, Seq: rec.Seq, Key: key}); err != nil {
+			rec.Response.Warnings = append(rec.Response.Warnings, chargeWarning(err))
+		}
 	}
 	e.log.Info("do in-doubt write confirmed by read-back", "tool", pt.tool, "key", key)
-	return e.finish(ctx, pt, key, rec.Fingerprint, rec.Response, want, rec.Response.Status == promcp.StatusPartial), true
+	return e.finish(ctx, pt, key, rec.Fingerprint, rec.Response, want, rec.Response.Status == promcp.StatusPartial), OutcomeConfirmed
+}
+
+// superseded answers a retry of an in-doubt key after a later write: writing
+// its value now would undo that write, so nothing is written.
+func (e *Engine) superseded(pt *point, key string, rec Record, later Write, laterTool string) promcp.DoResponse {
+	by := fmt.Sprintf("%s with idempotency_key %q", laterTool, later.Key)
+	if later.Key == "" {
+		by = "the safe state"
+	}
+	resp := e.refuse(pt, key, promcp.Superseded, fmt.Sprintf(
+		"this key's write of %v (sent %s) had no known outcome, and a later write to the same register or line has been made since: %v by %s at %s. "+
+			"Writing %v now would undo it, so nothing was written; read the current value, and use a new idempotency_key to ask for %v again",
+		rec.Response.AppliedValue, promcp.Time(rec.SentAt), later.Value, by, promcp.Time(later.At), rec.Response.AppliedValue, rec.Response.AppliedValue))
+	resp.PreviousValue = rec.Response.PreviousValue
+	e.log.Info("do in-doubt key superseded", "tool", pt.tool, "key", key, "later_key", later.Key, "later_seq", later.Seq, "seq", rec.Seq)
+	return resp
 }
 
 func (e *Engine) longestRate(pt *point) (longest time.Duration) {

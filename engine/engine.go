@@ -58,6 +58,7 @@ type Engine struct {
 	// byLocation groups points that address the same register or line, so a
 	// write invalidates the cached reads that would otherwise hide it.
 	byLocation map[string][]*point
+	sites      map[string]*site // by location
 
 	inflight sync.Mutex
 	running  map[string]*keyedCall // do_* calls in progress, by idempotency key
@@ -72,6 +73,7 @@ type point struct {
 	drv      drivers.Point
 	busType  manifest.BusType
 	location string
+	site     *site
 
 	reads flight
 
@@ -83,8 +85,11 @@ type point struct {
 	// while under way is not cached.
 	gen       uint64
 	lastWrite time.Time
-	writes    []time.Time // successful writes, oldest first, for rate limits
+	writes    []time.Time // writes charged (applied or in doubt), oldest first, for rate limits
 	latency   latencyEstimate
+	// refused is the latest request the device refused (exception reply), so
+	// can_do can say so before the same request is tried again.
+	refused *refusal
 }
 
 // reading is one read as the engine keeps it.
@@ -108,6 +113,7 @@ func New(m *manifest.Manifest, p *policy.Policy, buses map[string]drivers.Bus, o
 		auditFn:    opts.Audit,
 		points:     map[string]*point{},
 		byLocation: map[string][]*point{},
+		sites:      map[string]*site{},
 		running:    map[string]*keyedCall{},
 	}
 	if e.now == nil {
@@ -132,6 +138,10 @@ func New(m *manifest.Manifest, p *policy.Policy, buses map[string]drivers.Bus, o
 			return nil, fmt.Errorf("capability %s: %w", c.ToolName(), err)
 		}
 		pt := &point{c: c, tool: c.ToolName(), drv: drv, busType: c.Binding.Type, location: locationKey(c)}
+		if pt.site = e.sites[pt.location]; pt.site == nil {
+			pt.site = &site{key: pt.location}
+			e.sites[pt.location] = pt.site
+		}
 		e.points[pt.tool] = pt
 		e.byLocation[pt.location] = append(e.byLocation[pt.location], pt)
 		e.tools = append(e.tools, Tool{Name: pt.tool, Kind: ToolKind(c.Kind), Capability: c})

@@ -22,9 +22,24 @@ type Record struct {
 	Tool     string
 	Response promcp.DoResponse
 	At       time.Time
-	// InDoubt marks a write that was sent but whose outcome is unknown (the
-	// device timed out). A retry reads the device back instead of writing blindly.
+	// InDoubt marks a write that was sent, or was about to be, whose outcome
+	// is unknown (reply lost, link dropped, crash). A retry settles it from
+	// Seq and the device instead of writing blindly.
 	InDoubt bool
+	// Seq is the number the write was given among the writes to its register
+	// or line (WriteHistory.Seq); 0 when no write was attempted. A retry whose
+	// location has a later number was superseded.
+	Seq uint64 `json:",omitempty"`
+	// SentAt is when the write left (or was about to leave) for the device:
+	// the moment its cooldown and rate windows are charged from.
+	SentAt time.Time `json:",omitzero"`
+}
+
+// retryable says a stored outcome is a failure that wrote nothing for
+// certain (the device refused it, or it never left): a retry with the key
+// tries again instead of replaying the failure.
+func (r Record) retryable() bool {
+	return !r.InDoubt && r.Response.Status == promcp.StatusFailed
 }
 
 // IdempotencyStore keeps Records by key. The Full profile persists them.

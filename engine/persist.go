@@ -1,9 +1,12 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/physmcp/physmcpd/manifest"
@@ -19,6 +22,20 @@ type WriteHistory struct {
 	Last time.Time
 	// LastValue is the value that write left on the device.
 	LastValue any
+	// Seq numbers the writes to the point (the latest one's number), and Key
+	// is the latest write's idempotency key ("" for the safe state), so a
+	// retry of an older in-doubt key knows it was superseded, across restarts.
+	Seq uint64
+	Key string
+}
+
+// Write is one write charged to a point: it left for the device at At (its
+// outcome may be unknown) with number Seq, asked for by Key.
+type Write struct {
+	At    time.Time
+	Value any
+	Seq   uint64
+	Key   string
 }
 
 // LimitStore keeps the write history of every do point, so a restart does not
@@ -27,9 +44,9 @@ type WriteHistory struct {
 type LimitStore interface {
 	// LoadWrites returns the history of every point that has one, by tool name.
 	LoadWrites() (map[string]WriteHistory, error)
-	// RecordWrite durably adds a write at `at` that left value on the device,
-	// forgetting writes older than keep before at (the latest is always kept).
-	RecordWrite(tool string, at time.Time, value any, keep time.Duration) error
+	// RecordWrite durably adds w to tool's history, forgetting writes older
+	// than keep before w.At (the latest is always kept).
+	RecordWrite(tool string, w Write, keep time.Duration) error
 }
 
 // InDoubtLister is implemented by idempotency stores that can list the keys
@@ -51,9 +68,11 @@ type AuditEntry struct {
 	Status     promcp.Status     `json:"status"`
 	Permission promcp.Permission `json:"permission,omitempty"`
 	Reason     string            `json:"reason,omitempty"`
-	// Outcome says how the answer came about: applied, refused, failed,
-	// replayed (a stored answer for a repeated key), confirmed (an in-doubt
-	// write found on the device) or safe_state.
+	// Outcome says how the answer came about: applied, refused (by the
+	// policy), rejected (by the device), failed (nothing applied), in_doubt
+	// (sent, outcome unknown), replayed (a stored answer for a repeated key),
+	// confirmed (an in-doubt write found on the device), superseded (an
+	// in-doubt key retried after a later write) or safe_state.
 	Outcome    string   `json:"outcome"`
 	Previous   any      `json:"previous_value"`
 	Applied    any      `json:"applied_value"`
@@ -69,6 +88,12 @@ const (
 	OutcomeReplayed  = "replayed"
 	OutcomeConfirmed = "confirmed"
 	OutcomeSafeState = "safe_state"
+	// OutcomeInDoubt: the write left but no reply confirmed or refused it.
+	OutcomeInDoubt = "in_doubt"
+	// OutcomeRejected: the device answered and refused the write.
+	OutcomeRejected = "rejected"
+	// OutcomeSuperseded: a retried in-doubt key found a later write; nothing written.
+	OutcomeSuperseded = "superseded"
 )
 
 // restoreLimits loads the persisted write history into the points.
@@ -88,21 +113,23 @@ func (e *Engine) restoreLimits() error {
 		}
 		pt.writes = append([]time.Time(nil), h.Writes...)
 		pt.lastWrite = h.Last
-		e.log.Info("write history restored", "tool", tool, "last_write", h.Last, "last_value", h.LastValue, "writes_in_window", len(h.Writes))
+		pt.site.note(tool, Write{At: h.Last, Value: h.LastValue, Seq: h.Seq, Key: h.Key})
+		e.log.Info("write history restored", "tool", tool, "last_write", h.Last, "last_value", h.LastValue, "writes_in_window", len(h.Writes), "seq", h.Seq)
 	}
 	return nil
 }
 
-// charge counts a write that reached the device at `at` against the point's
-// cooldown and rate limits, in memory and in the LimitStore.
-func (e *Engine) charge(pt *point, at time.Time, value any) error {
+// charge counts w, a write that left for the device at w.At (applied or in
+// doubt), against the point's cooldown and rate limits and numbers it on its
+// site, in memory and in the LimitStore.
+func (e *Engine) charge(pt *point, w Write) error {
 	longest := e.longestRate(pt)
 	pt.mu.Lock()
-	if at.After(pt.lastWrite) {
-		pt.lastWrite = at
+	if w.At.After(pt.lastWrite) {
+		pt.lastWrite = w.At
 	}
-	pt.writes = append(pt.writes, at)
-	// keep the slice ordered: a confirmed in-doubt write may be older than the last
+	pt.writes = append(pt.writes, w.At)
+	// keep the slice ordered: a write charged at start-up may be older than the last
 	for i := len(pt.writes) - 1; i > 0 && pt.writes[i].Before(pt.writes[i-1]); i-- {
 		pt.writes[i], pt.writes[i-1] = pt.writes[i-1], pt.writes[i]
 	}
@@ -114,11 +141,12 @@ func (e *Engine) charge(pt *point, at time.Time, value any) error {
 	}
 	pt.writes = append(pt.writes[:0], pt.writes[cut:]...)
 	pt.mu.Unlock()
+	pt.site.note(pt.tool, w)
 	e.invalidate(pt)
 	if e.history == nil {
 		return nil
 	}
-	if err := e.history.RecordWrite(pt.tool, at, value, max(longest, pt.c.Cooldown())); err != nil {
+	if err := e.history.RecordWrite(pt.tool, w, max(longest, pt.c.Cooldown())); err != nil {
 		e.log.Error("write history not recorded: a restart may forget this write's cooldown and rate limit", "tool", pt.tool, "err", err)
 		return err
 	}
@@ -165,13 +193,15 @@ func (e *Engine) auditDo(caller Caller, pt *point, req promcp.DoRequest, resp pr
 	})
 }
 
-// SettleInDoubt resolves every idempotency key whose write outcome was lost
-// (a crash or a timeout between the write and its record): the device is read,
-// and when it shows the requested value the write is recorded as done (and its
-// cooldown charged) without writing again. A key the device does not confirm
-// stays in doubt, so a retry checks again. It runs before the safe state at
-// start-up, which would otherwise overwrite the evidence. Stores that cannot
-// list keys (the in-memory one) have nothing to settle after a restart.
+// SettleInDoubt settles every idempotency key whose write outcome was lost
+// (a crash or a lost reply between sending and recording the outcome). A
+// write that left before a crash and was never charged is charged now, from
+// when it was sent (a crash must not reset a cooldown). Then each key is
+// settled as a retry would (settle): applied keys are recorded as done
+// without writing again; superseded and unapplied keys stay in doubt, and a
+// retry answers them. It runs before the safe state at start-up, which would
+// otherwise overwrite the evidence. Stores that cannot list keys (the
+// in-memory one) have nothing to settle after a restart.
 func (e *Engine) SettleInDoubt(ctx context.Context) error {
 	lister, ok := e.idem.(InDoubtLister)
 	if !ok {
@@ -181,8 +211,10 @@ func (e *Engine) SettleInDoubt(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list in-doubt writes: %w", err)
 	}
+	keys := slices.SortedFunc(maps.Keys(recs), func(a, b string) int { return cmp.Compare(recs[a].Seq, recs[b].Seq) })
 	var errs []error
-	for key, rec := range recs {
+	for _, key := range keys {
+		rec := recs[key]
 		pt, ok := e.points[rec.Tool]
 		if !ok || pt.c.Kind != manifest.KindDo {
 			e.log.Warn("in-doubt write for a tool the manifest no longer has; left as is", "tool", rec.Tool, "key", key)
@@ -190,21 +222,31 @@ func (e *Engine) SettleInDoubt(ctx context.Context) error {
 		}
 		release, _ := e.claim(key)
 		// a call with this key may have settled it while we waited for the claim
-		if rec, ok = e.idem.Load(key); !ok || !rec.InDoubt {
-			release()
-			continue
+		if rec, ok = e.idem.Load(key); ok && rec.InDoubt {
+			errs = append(errs, e.settleAtStart(ctx, pt, key, rec))
 		}
-		at, began := e.now(), time.Now()
-		resp, done := e.resolveInDoubt(ctx, pt, key, rec)
 		release()
-		switch {
-		case !done:
-			e.log.Info("in-doubt write not found on the device; a retry with its key writes", "tool", pt.tool, "key", key)
-		case resp.Status == promcp.StatusFailed:
-			errs = append(errs, fmt.Errorf("%s key %s: %s", pt.tool, key, resp.Reason))
-		default:
-			e.auditDo(Caller{Identity: "physmcpd"}, pt, promcp.DoRequest{Value: rec.Response.AppliedValue, IdempotencyKey: key}, resp, OutcomeConfirmed, at, time.Since(began))
-		}
 	}
 	return errors.Join(errs...)
+}
+
+func (e *Engine) settleAtStart(ctx context.Context, pt *point, key string, rec Record) error {
+	defer e.lockWrites(pt)()
+	if rec.Seq > 0 && !pt.site.charged(rec.Seq) {
+		if err := e.charge(pt, Write{At: rec.SentAt, Value: rec.Response.AppliedValue, Seq: rec.Seq, Key: key}); err != nil {
+			return fmt.Errorf("%s key %s: %w", pt.tool, key, err)
+		}
+	}
+	at, began := e.now(), time.Now()
+	resp, outcome := e.settle(ctx, pt, key, rec)
+	switch outcome {
+	case "":
+		e.log.Info("in-doubt write not found on the device; a retry with its key writes", "tool", pt.tool, "key", key)
+	case OutcomeSuperseded:
+	case OutcomeConfirmed:
+		e.auditDo(Caller{Identity: "physmcpd"}, pt, promcp.DoRequest{Value: rec.Response.AppliedValue, IdempotencyKey: key}, resp, OutcomeConfirmed, at, time.Since(began))
+	default:
+		return fmt.Errorf("%s key %s: %s", pt.tool, key, resp.Reason)
+	}
+	return nil
 }

@@ -59,10 +59,12 @@ func (e *Engine) applySafe(ctx context.Context, pt *point, v any, why string) er
 	defer func() {
 		e.auditDo(Caller{Identity: "physmcpd"}, pt, promcp.DoRequest{Value: value}, resp, OutcomeSafeState, at, time.Since(began))
 	}()
+	defer e.lockWrites(pt)()
 	prev, perr := e.readFresh(ctx, pt)
 	if perr == nil {
 		resp.PreviousValue = prev.value
 	}
+	sent := e.now()
 	// The write goes around the circuit breaker on purpose: an actuator must be
 	// tried whenever it is to be made safe, even if its device failed recently.
 	if err := e.timed(ctx, pt, func(ctx context.Context) error { return pt.drv.Write(ctx, value) }); err != nil {
@@ -72,7 +74,7 @@ func (e *Engine) applySafe(ctx context.Context, pt *point, v any, why string) er
 	}
 	changed := perr != nil || !sameValue(pt, prev.value, value)
 	if changed {
-		if err := e.charge(pt, e.now(), value); err != nil {
+		if err := e.charge(pt, Write{At: sent, Value: value, Seq: pt.site.nextSeq()}); err != nil {
 			resp.Warnings = append(resp.Warnings, fmt.Sprintf("the write history could not be recorded: %v", err))
 		}
 	} else {

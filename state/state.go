@@ -221,6 +221,8 @@ type history struct {
 	Writes    []time.Time `json:"writes"`
 	Last      time.Time   `json:"last"`
 	LastValue any         `json:"last_value"`
+	Seq       uint64      `json:"seq,omitempty"`
+	Key       string      `json:"key,omitempty"`
 }
 
 // LoadWrites returns every point's write history (engine.LimitStore).
@@ -232,17 +234,18 @@ func (s *Store) LoadWrites() (map[string]engine.WriteHistory, error) {
 			if err := json.Unmarshal(v, &h); err != nil {
 				return fmt.Errorf("write history of %s: %w", k, err)
 			}
-			out[string(k)] = engine.WriteHistory{Writes: h.Writes, Last: h.Last, LastValue: h.LastValue}
+			out[string(k)] = engine.WriteHistory{Writes: h.Writes, Last: h.Last, LastValue: h.LastValue, Seq: h.Seq, Key: h.Key}
 			return nil
 		})
 	})
 	return out, err
 }
 
-// RecordWrite adds a write to tool's history and returns once it is on disk
-// (engine.LimitStore). Writes older than keep before at are dropped; the
+// RecordWrite adds w to tool's history and returns once it is on disk
+// (engine.LimitStore). Writes older than keep before w.At are dropped; the
 // latest is always kept.
-func (s *Store) RecordWrite(tool string, at time.Time, value any, keep time.Duration) error {
+func (s *Store) RecordWrite(tool string, w engine.Write, keep time.Duration) error {
+	at := w.At
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketWrites)
 		var h history
@@ -252,7 +255,10 @@ func (s *Store) RecordWrite(tool string, at time.Time, value any, keep time.Dura
 			}
 		}
 		if !at.Before(h.Last) {
-			h.Last, h.LastValue = at, value
+			h.Last, h.LastValue = at, w.Value
+		}
+		if w.Seq > h.Seq {
+			h.Seq, h.Key = w.Seq, w.Key
 		}
 		h.Writes = append(h.Writes, at)
 		slices.SortFunc(h.Writes, time.Time.Compare)

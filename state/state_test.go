@@ -107,12 +107,12 @@ func TestWriteHistory(t *testing.T) {
 	s := open(t, dir, c)
 	t0 := c.t
 	for i, v := range []any{1.0, 2.0, 3.0} {
-		if err := s.RecordWrite("do_fan", t0.Add(time.Duration(i)*time.Minute), v, 90*time.Second); err != nil {
+		if err := s.RecordWrite("do_fan", engine.Write{At: t0.Add(time.Duration(i) * time.Minute), Value: v, Seq: uint64(i + 1)}, 90*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// a confirmed in-doubt write older than the latest does not become "last"
-	if err := s.RecordWrite("do_fan", t0.Add(90*time.Second), 9.0, 90*time.Second); err != nil {
+	if err := s.RecordWrite("do_fan", engine.Write{At: t0.Add(90 * time.Second), Value: 9.0, Seq: 9, Key: "k9"}, 90*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -135,8 +135,12 @@ func TestWriteHistory(t *testing.T) {
 	if !got.Last.Equal(t0.Add(2*time.Minute)) || got.LastValue != 3.0 {
 		t.Fatalf("last %v = %v, want the 3.0 at +2m", got.Last, got.LastValue)
 	}
+	// the write numbered last is the one a superseded in-doubt key is told of
+	if got.Seq != 9 || got.Key != "k9" {
+		t.Fatalf("seq %d key %q, want 9 k9", got.Seq, got.Key)
+	}
 	// keep 0: only the latest write stays (the cooldown runs from it)
-	if err := s.RecordWrite("do_fan", t0.Add(3*time.Minute), 4.0, 0); err != nil {
+	if err := s.RecordWrite("do_fan", engine.Write{At: t0.Add(3 * time.Minute), Value: 4.0, Seq: 10}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if h, _ := s.LoadWrites(); len(h["do_fan"].Writes) != 1 {

@@ -1,0 +1,76 @@
+package engine
+
+import (
+	"slices"
+	"strings"
+	"sync"
+)
+
+// site is one register or line, shared by every point that addresses it.
+// Writes to it take turns (turn is held from a do_*'s limit check to its
+// charge) and are numbered: a retried in-doubt key compares its write's
+// number with the latest to tell "superseded by a later write" from "applied"
+// or "not applied", which the device's value alone cannot (a later write
+// overwrote the evidence).
+type site struct {
+	key  string
+	turn sync.Mutex
+
+	mu       sync.Mutex
+	seq      uint64 // number of the latest write charged
+	last     Write  // the latest write charged
+	lastTool string
+}
+
+// nextSeq is the number the next write will carry. Writes take turns, so
+// nothing else numbers one before it is charged.
+func (s *site) nextSeq() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seq + 1
+}
+
+// note records w (made through tool) when it is the latest write so far.
+func (s *site) note(tool string, w Write) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w.Seq > s.seq {
+		s.seq, s.last, s.lastTool = w.Seq, w, tool
+	}
+}
+
+// after returns the latest write when it came after the write numbered seq.
+func (s *site) after(seq uint64) (w Write, tool string, later bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last, s.lastTool, s.seq > seq
+}
+
+// charged says whether the write numbered seq has been charged already.
+func (s *site) charged(seq uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return seq <= s.seq
+}
+
+// lockWrites takes the write turn of pt's site and of every site its
+// interlocks read, in one order (by key) so two writers never deadlock. Under
+// it, an interlock's fresh read and the guarded write cannot interleave with
+// a write to the interlock's source made through this daemon.
+func (e *Engine) lockWrites(pt *point) (unlock func()) {
+	sites := []*site{pt.site}
+	for _, il := range pt.c.Interlocks {
+		if src, ok := e.points[il.Source.ToolName()]; ok && !slices.Contains(sites, src.site) {
+			sites = append(sites, src.site)
+		}
+	}
+	slices.SortFunc(sites, func(a, b *site) int { return strings.Compare(a.key, b.key) })
+	for _, s := range sites {
+		s.turn.Lock()
+	}
+	return func() {
+		for _, s := range slices.Backward(sites) {
+			s.turn.Unlock()
+		}
+	}
+}
