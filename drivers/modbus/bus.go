@@ -8,6 +8,15 @@
 // request when their ranges lie within the bus's max_gap of each other; each
 // caller gets its own slice. A merged read that draws an exception (the gap
 // may cover registers the device does not map) is retried request by request.
+//
+// Writes go on the wire exactly once. The bus's retries, and the TCP
+// transport's resend on a fresh connection after finding the old one closed,
+// apply to reads only. A write that failed after its frame left (no reply, a
+// garbled or mismatched reply, the link dropped, the caller gone while it was
+// on the bus) returns an error wrapping drivers.ErrInDoubt: the device may
+// have applied it, and only reading the device can tell. A write that fails
+// otherwise (connect refused, cancelled while queued) was never sent; an
+// exception reply is *drivers.ModbusException (refused, not applied).
 package modbus
 
 import (
@@ -40,7 +49,7 @@ const (
 // settings are what every Modbus bus has, whatever its transport.
 type settings struct {
 	timeout time.Duration // per attempt
-	retries int           // further attempts after a transport failure
+	retries int           // further attempts after a transport failure (reads only)
 	maxGap  int           // largest hole merged when coalescing; -1: never merge
 }
 
@@ -64,10 +73,13 @@ func newSettings(timeoutMs, retries, maxGap int) (settings, error) {
 }
 
 // transporter is a goburrow Transporter that honours a per-exchange deadline.
-// Only the bus worker calls it, one exchange at a time.
+// Only the bus worker calls it, one exchange at a time. Send wraps failures
+// that happened before any byte left with notSent.
 type transporter interface {
 	gb.Transporter
-	setDeadline(t time.Time)
+	// prepare sets the next exchange's deadline and whether its request may
+	// be sent twice (reads: yes; writes: never).
+	prepare(deadline time.Time, mayResend bool)
 	// fault tells the transport the last exchange went wrong above the byte
 	// level (bad CRC, mismatched reply), so it must resynchronise.
 	fault()
@@ -275,11 +287,13 @@ func (b *Bus) submit(r *request, maxCount int) result {
 	case stateQueued:
 		return result{err: b.opError(r, ctxError(r.ctx.Err(), "while waiting for the bus"))}
 	case stateOnBus:
-		what := "while the request was on the bus"
+		err := ctxError(r.ctx.Err(), "while the request was on the bus")
 		if !r.kind.isRead() {
-			what += "; the write may have been applied"
+			// The worker goes on without the caller and may have sent it
+			// already; a read queued after it still sees its outcome.
+			err = fmt.Errorf("%w: %w", drivers.ErrInDoubt, err)
 		}
-		return result{err: b.opError(r, ctxError(r.ctx.Err(), what))}
+		return result{err: b.opError(r, err)}
 	}
 	return <-r.done
 }
@@ -446,12 +460,18 @@ func (b *Bus) run(batch []*request) {
 	}
 }
 
-// transact performs op for the callers in batch: one attempt, plus retries
-// after transport failures, each attempt bounded by the bus timeout and by the
-// latest caller deadline. Exceptions are answers and are never retried.
+// transact performs op for the callers in batch: one attempt, plus for reads
+// retries after transport failures, each attempt bounded by the bus timeout
+// and by the latest caller deadline. Exceptions are answers and are never
+// retried. A write is never repeated: once its frame may have left, a failure
+// leaves its outcome in doubt.
 func (b *Bus) transact(batch []*request, op *request) result {
+	attempts := 1
+	if op.kind.isRead() {
+		attempts += b.set.retries
+	}
 	var res result
-	for attempt := 0; attempt <= b.set.retries; attempt++ {
+	for attempt := range attempts {
 		deadline, live := b.attemptDeadline(batch)
 		if !live {
 			if res.err == nil {
@@ -464,6 +484,12 @@ func (b *Bus) transact(batch []*request, op *request) result {
 			return res
 		}
 		b.tr.fault()
+		if !op.kind.isRead() {
+			if wasSent(res.err) {
+				res.err = fmt.Errorf("%w (sent once, not resent): %w", drivers.ErrInDoubt, res.err)
+			}
+			return res
+		}
 		if attempt > 0 {
 			res.err = fmt.Errorf("after %d attempts: %w", attempt+1, res.err)
 		}
@@ -499,7 +525,7 @@ func (b *Bus) attemptDeadline(batch []*request) (deadline time.Time, live bool) 
 func (b *Bus) exchange(deadline time.Time, op *request) result {
 	b.transactions.Add(1)
 	b.setUnit(op.unit)
-	b.tr.setDeadline(deadline)
+	b.tr.prepare(deadline, op.kind.isRead())
 	var (
 		raw []byte
 		err error
@@ -528,7 +554,7 @@ func (b *Bus) exchange(deadline time.Time, op *request) result {
 		_, err = b.client.WriteMultipleRegisters(op.addr, op.count, packRegisters(op.regs))
 	}
 	if err != nil {
-		return result{err: mapException(err)}
+		return result{err: mapException(err, op.function())}
 	}
 	switch op.kind {
 	case opReadBits:

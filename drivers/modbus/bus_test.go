@@ -188,9 +188,9 @@ type fakeDevice struct {
 	failures int // the next n exchanges time out
 }
 
-func (d *fakeDevice) setDeadline(time.Time) {}
-func (d *fakeDevice) fault()                {}
-func (d *fakeDevice) close() error          { return nil }
+func (d *fakeDevice) prepare(time.Time, bool) {}
+func (d *fakeDevice) fault()                  {}
+func (d *fakeDevice) close() error            { return nil }
 
 func (d *fakeDevice) Send(adu []byte) ([]byte, error) {
 	d.mu.Lock()

@@ -62,13 +62,19 @@ const (
 )
 
 // mapException turns goburrow's exception error into the drivers type, so
-// callers need not know which Modbus library is underneath.
-func mapException(err error) error {
+// callers need not know which Modbus library is underneath. goburrow reports
+// any reply whose function code differs from the request's as an exception;
+// only fc|0x80 is one; another code is a mismatched reply (for a write: the
+// device got the request, so its outcome is in doubt, not refused).
+func mapException(err error, fc uint8) error {
 	var me *gb.ModbusError
-	if errors.As(err, &me) {
-		return &drivers.ModbusException{Function: me.FunctionCode &^ 0x80, Code: me.ExceptionCode}
+	if !errors.As(err, &me) {
+		return err
 	}
-	return err
+	if me.FunctionCode != fc|0x80 {
+		return fmt.Errorf("reply has function code %d to a request with function %d", me.FunctionCode, fc)
+	}
+	return &drivers.ModbusException{Function: fc, Code: me.ExceptionCode}
 }
 
 // isException reports whether the device answered with an exception (it is
@@ -76,4 +82,21 @@ func mapException(err error) error {
 func isException(err error) bool {
 	var me *drivers.ModbusException
 	return errors.As(err, &me)
+}
+
+// notSentError marks a transport failure that happened before any byte of
+// the request left (connect failed, port could not be opened or flushed,
+// deadline passed first): a write that failed so was certainly not applied.
+// A failure without the mark may have come after the device got the request.
+type notSentError struct{ err error }
+
+func (e *notSentError) Error() string { return e.err.Error() }
+func (e *notSentError) Unwrap() error { return e.err }
+
+func notSent(err error) error { return &notSentError{err} }
+
+// wasSent reports whether err may have come after the request left.
+func wasSent(err error) bool {
+	var ns *notSentError
+	return !errors.As(err, &ns)
 }

@@ -123,7 +123,9 @@ type rtuTransport struct {
 	bo       backoff
 }
 
-func (t *rtuTransport) setDeadline(d time.Time) { t.deadline = d }
+// prepare needs no resend policy: the bus decides about retries, and a serial
+// line has no connection to reopen before sending.
+func (t *rtuTransport) prepare(d time.Time, _ bool) { t.deadline = d }
 
 // fault needs nothing: every exchange starts by discarding stale input.
 func (t *rtuTransport) fault() {}
@@ -173,10 +175,11 @@ func (t *rtuTransport) portError(what string, err error) error {
 	return fmt.Errorf("%w: %s %s: %w", drivers.ErrUnreachable, what, t.path, err)
 }
 
-// Send implements gb.Transporter.
+// Send implements gb.Transporter. Once any byte of adu is written, every
+// failure may follow a request the device got.
 func (t *rtuTransport) Send(adu []byte) ([]byte, error) {
 	if err := t.reopen(); err != nil {
-		return nil, err
+		return nil, notSent(err)
 	}
 	if wait := time.Until(t.lastIO.Add(t.gap)); wait > 0 {
 		time.Sleep(wait)
@@ -184,14 +187,18 @@ func (t *rtuTransport) Send(adu []byte) ([]byte, error) {
 	// A late reply to an earlier, timed-out request would otherwise be taken
 	// for this request's reply.
 	if err := t.port.ResetInputBuffer(); err != nil {
-		return nil, t.portError("flushing", err)
+		return nil, notSent(t.portError("flushing", err))
 	}
-	for rest := adu; len(rest) > 0; {
-		n, err := t.port.Write(rest)
+	for sent := 0; sent < len(adu); {
+		n, err := t.port.Write(adu[sent:])
 		if err != nil {
-			return nil, t.portError("writing", err)
+			err = t.portError("writing", err)
+			if sent+max(n, 0) == 0 {
+				err = notSent(err)
+			}
+			return nil, err
 		}
-		rest = rest[n:]
+		sent += n
 	}
 	var buf [256]byte
 	got := 0

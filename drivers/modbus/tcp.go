@@ -46,18 +46,21 @@ func newTCPBus(addr string, set settings) *Bus {
 // tcpTransport carries MBAP frames over one TCP connection, redialling after
 // failures with backoff.
 type tcpTransport struct {
-	addr     string
-	stop     <-chan struct{}
-	deadline time.Time
-	conn     net.Conn
-	bo       backoff
+	addr      string
+	stop      <-chan struct{}
+	deadline  time.Time
+	mayResend bool
+	conn      net.Conn
+	bo        backoff
 }
 
-// errStale marks a failure that shows the connection was already dead before
-// the request reached the peer (it closed an idle connection or restarted).
+// errStale marks a failure that suggests the connection was already dead
+// before the request reached the peer (it closed an idle connection or
+// restarted). For a write it proves nothing: the peer may have applied it and
+// then closed.
 var errStale = errors.New("connection closed by peer")
 
-func (t *tcpTransport) setDeadline(d time.Time) { t.deadline = d }
+func (t *tcpTransport) prepare(d time.Time, mayResend bool) { t.deadline, t.mayResend = d, mayResend }
 
 func (t *tcpTransport) fault() { t.drop() }
 
@@ -75,10 +78,17 @@ func (t *tcpTransport) drop() {
 
 // Send implements gb.Transporter.
 func (t *tcpTransport) Send(adu []byte) ([]byte, error) {
+	// A peer that closed the idle connection is noticed before sending, so
+	// that an ordinary write does not end in doubt.
+	if t.conn != nil && !peerOpen(t.conn) {
+		t.drop()
+	}
 	reused := t.conn != nil
 	resp, err := t.try(adu)
-	if reused && errors.Is(err, errStale) {
-		// The request never reached a live peer: one fresh connection is a reconnect, not a retry.
+	if reused && t.mayResend && errors.Is(err, errStale) {
+		// The peer closed between the check and the request: one fresh
+		// connection is a reconnect, not a retry. Reads only: a write may
+		// have been applied before the close.
 		resp, err = t.try(adu)
 	}
 	return resp, err
@@ -86,14 +96,17 @@ func (t *tcpTransport) Send(adu []byte) ([]byte, error) {
 
 func (t *tcpTransport) try(adu []byte) ([]byte, error) {
 	if err := t.connect(); err != nil {
-		return nil, err
+		return nil, notSent(err)
 	}
 	if err := t.conn.SetDeadline(t.deadline); err != nil {
 		t.drop()
-		return nil, fmt.Errorf("%w: %w", drivers.ErrUnreachable, err)
+		return nil, notSent(fmt.Errorf("%w: %w", drivers.ErrUnreachable, err))
 	}
-	if _, err := t.conn.Write(adu); err != nil {
+	if n, err := t.conn.Write(adu); err != nil {
 		t.drop()
+		if n == 0 {
+			return nil, notSent(t.ioError(err, true))
+		}
 		return nil, t.ioError(err, true)
 	}
 	const header = 7
