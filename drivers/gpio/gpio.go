@@ -257,7 +257,9 @@ func (l *Line) Read(ctx context.Context) (bool, error) {
 	return bool(l.hw.Read()) != l.cfg.ActiveLow, nil
 }
 
-// Write drives an output to the logical level.
+// Write drives an output to the logical level, once. A failure is not in
+// doubt (drivers.ErrInDoubt): the level is set by one local ioctl that the
+// kernel refuses before touching the line, not a message that can be lost.
 func (l *Line) Write(ctx context.Context, level bool) error {
 	if l.cfg.Direction != manifest.DirOutput {
 		return fmt.Errorf("%s: %w", l.describe(), drivers.ErrNotWritable)

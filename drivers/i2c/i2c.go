@@ -1,8 +1,16 @@
 // Package i2c is the real I2C driver: a Linux adapter (/dev/i2c-N) through
 // periph.io. The periph-facing part is Open; Bus holds the logic (one
-// transaction at a time, bounded retries, errors that name the bus, the
-// address and the register) and works on any periph i2c.Bus, so it is tested
-// against periph's i2ctest doubles.
+// transaction at a time, bounded retries of reads, errors that name the bus,
+// the address and the register) and works on any periph i2c.Bus, so it is
+// tested against periph's i2ctest doubles.
+//
+// A write (a transaction that reads nothing) is never repeated, and once it
+// has started, a failure wraps drivers.ErrInDoubt: the i2c-dev ioctl returns
+// one errno for the whole transfer, and adapters report a NACK on a data byte
+// (the register pointer and earlier bytes already latched) the same way as
+// one on the address byte (i2c-bcm2835 gives EREMOTEIO for both, i2c-imx
+// ENXIO), while a timeout or lost arbitration stops mid-transfer. So the
+// kernel cannot say whether the device took the write.
 package i2c
 
 import (
@@ -69,7 +77,7 @@ type Bus struct {
 
 var _ drivers.I2CBus = (*Bus)(nil)
 
-// New wraps an opened periph bus; retries is how many times a failed
+// New wraps an opened periph bus; retries is how many times a failed read
 // transaction is repeated.
 func New(desc string, dev i2c.BusCloser, retries int) *Bus {
 	return &Bus{desc: desc, dev: dev, retries: retries, lock: make(chan struct{}, 1)}
@@ -108,8 +116,10 @@ func (e *TxError) Error() string {
 func (e *TxError) Unwrap() error { return e.Err }
 
 // Tx writes w then reads len(r) bytes from the 7-bit address addr, as one
-// combined transaction. Transactions on the bus are serialised; a failed one
-// is repeated up to the bus's retries while ctx lasts.
+// combined transaction. Transactions on the bus are serialised; a failed read
+// is repeated up to the bus's retries while ctx lasts. A write (r empty) is
+// tried once: a failure before it started was not applied, one after wraps
+// drivers.ErrInDoubt.
 func (b *Bus) Tx(ctx context.Context, addr uint16, w, r []byte) error {
 	fail := func(attempts int, err error) error {
 		return &TxError{Bus: b.desc, Addr: addr, W: w, ReadLen: len(r), Attempts: attempts, Err: err}
@@ -123,10 +133,18 @@ func (b *Bus) Tx(ctx context.Context, addr uint16, w, r []byte) error {
 		return fail(0, ctxError(ctx.Err(), "while waiting for the bus"))
 	}
 	defer func() { <-b.lock }()
+	write := len(r) == 0
+	tries := 1
+	if !write {
+		tries += b.retries
+	}
 	var err error
 	attempts := 0
-	for attempts <= b.retries {
-		if ctx.Err() != nil && attempts > 0 {
+	for attempts < tries {
+		if ctx.Err() != nil {
+			if attempts == 0 {
+				return fail(0, ctxError(ctx.Err(), "before the transfer started"))
+			}
 			break
 		}
 		attempts++
@@ -134,7 +152,11 @@ func (b *Bus) Tx(ctx context.Context, addr uint16, w, r []byte) error {
 			return nil
 		}
 	}
-	return fail(attempts, classify(err))
+	err = classify(err)
+	if write {
+		err = fmt.Errorf("%w: %w", drivers.ErrInDoubt, err)
+	}
+	return fail(attempts, err)
 }
 
 func ctxError(err error, what string) error {

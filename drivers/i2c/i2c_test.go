@@ -92,9 +92,30 @@ func TestRetriesAreBounded(t *testing.T) {
 
 func TestTimeoutClassified(t *testing.T) {
 	f := &flaky{n: 1, err: errors.New("sysfs-i2c: connection timed out")}
-	err := New("i2c x", f, 0).Tx(context.Background(), 0x48, []byte{0}, nil)
-	if !errors.Is(err, drivers.ErrTimeout) {
-		t.Fatalf("err = %v, want a timeout", err)
+	err := New("i2c x", f, 0).Tx(context.Background(), 0x48, []byte{0}, make([]byte, 1))
+	if !errors.Is(err, drivers.ErrTimeout) || errors.Is(err, drivers.ErrInDoubt) {
+		t.Fatalf("err = %v, want a timeout (a read is never in doubt)", err)
+	}
+}
+
+func TestFailedWriteIsInDoubtAndNotRepeated(t *testing.T) {
+	for _, msg := range []string{"sysfs-i2c: remote I/O error", "sysfs-i2c: connection timed out", "sysfs-i2c: resource temporarily unavailable"} {
+		f := &flaky{n: 5, err: errors.New(msg)}
+		err := New("i2c x", f, 3).Tx(context.Background(), 0x20, []byte{1, 0x71}, nil)
+		if !errors.Is(err, drivers.ErrInDoubt) {
+			t.Errorf("%s: err = %v, want in doubt", msg, err)
+		}
+		if tries := 5 - f.n; tries != 1 {
+			t.Errorf("%s: the write was tried %d times with retries 3, want once", msg, tries)
+		}
+	}
+	// Cancelled before the transfer: never started, so not in doubt.
+	f := &flaky{}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := New("i2c x", f, 3).Tx(ctx, 0x20, []byte{1, 0x71}, nil)
+	if !errors.Is(err, context.Canceled) || errors.Is(err, drivers.ErrInDoubt) || f.n != 0 {
+		t.Fatalf("cancelled write = %v after %d transfers, want cancelled, not in doubt, none", err, -f.n)
 	}
 }
 
