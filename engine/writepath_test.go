@@ -1,0 +1,186 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/physmcp/physmcpd/drivers"
+	"github.com/physmcp/physmcpd/engine"
+	"github.com/physmcp/physmcpd/promcp"
+	"github.com/physmcp/physmcpd/state"
+)
+
+// lossyWire sits between the engine and the simulated Modbus bus. For the
+// next `lose` register writes it applies the write and then reports its
+// outcome as lost, as a reply lost on the wire does; for the next `refuse`
+// it answers an exception without applying. It counts writes applied.
+type lossyWire struct {
+	drivers.ModbusBus
+	lose, refuse atomic.Int32
+	applied      atomic.Int32
+}
+
+func (l *lossyWire) WriteRegisters(ctx context.Context, unit uint8, addr uint16, v []uint16) error {
+	if l.refuse.Add(-1) >= 0 {
+		return &drivers.ModbusException{Function: 16, Code: 3}
+	}
+	l.refuse.Store(0)
+	if err := l.ModbusBus.WriteRegisters(ctx, unit, addr, v); err != nil {
+		return err
+	}
+	l.applied.Add(1)
+	if l.lose.Add(-1) >= 0 {
+		return fmt.Errorf("reply lost: %w: %w", drivers.ErrTimeout, drivers.ErrInDoubt)
+	}
+	l.lose.Store(0)
+	return nil
+}
+
+// lossyRig is the test device with its Modbus bus behind a lossyWire, and
+// with a state store in dir unless dir is "".
+func lossyRig(t *testing.T, dir string) (*rig, *lossyWire, *state.Store) {
+	t.Helper()
+	r := newRig(t)
+	var store *state.Store
+	if dir != "" {
+		store = openState(t, r, dir)
+	}
+	wire := &lossyWire{ModbusBus: r.buses["mb"].(drivers.ModbusBus)}
+	buses := map[string]drivers.Bus{}
+	for name, b := range r.buses {
+		buses[name] = b
+	}
+	buses["mb"] = wire
+	opts := engine.Options{Now: r.clock.Now, Logger: quiet}
+	if store != nil {
+		opts.Idempotency, opts.Limits = store, store
+	}
+	e, err := engine.New(r.e.Manifest(), r.e.Policy(), buses, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.e = e
+	return r, wire, store
+}
+
+func TestInDoubtAnswerKeepsThePreviousValueAndIsChargedToTheCooldown(t *testing.T) {
+	r, wire, _ := lossyRig(t, "")
+	wire.lose.Store(1)
+	resp := r.do(t, operator, "do_boiler_setpoint", 55.0, "A")
+	if resp.Status != promcp.StatusFailed || resp.PreviousValue != 40.0 || !strings.Contains(resp.Reason, "outcome is unknown") {
+		t.Fatalf("in-doubt answer = %+v", resp)
+	}
+	// A new key 0.3 s later is inside the 10 s cooldown the lost write started.
+	r.clock.Advance(300 * time.Millisecond)
+	if resp := r.do(t, operator, "do_boiler_setpoint", 60.0, "B"); resp.Permission != promcp.CooldownActive {
+		t.Fatalf("new key after an in-doubt write = %+v, want cooldown_active", resp)
+	}
+	// The retry of A finds its value on the device: confirmed, not written again.
+	if resp := r.do(t, operator, "do_boiler_setpoint", 55.0, "A"); resp.Status != promcp.StatusSuccess || resp.AppliedValue != 55.0 || resp.PreviousValue != 40.0 {
+		t.Fatalf("retry of A = %+v", resp)
+	}
+	if n := wire.applied.Load(); n != 1 {
+		t.Fatalf("writes applied = %d, want 1", n)
+	}
+}
+
+// A's reply is lost, B writes, A is retried: A must not undo B.
+func TestRetryAfterALaterWriteIsSuperseded(t *testing.T) {
+	r, wire, _ := lossyRig(t, "")
+	wire.lose.Store(1)
+	if resp := r.do(t, operator, "do_damper_position", 30.0, "A"); resp.Status != promcp.StatusFailed {
+		t.Fatalf("A = %+v", resp)
+	}
+	if resp := r.do(t, operator, "do_damper_position", 50.0, "B"); resp.Status != promcp.StatusSuccess {
+		t.Fatalf("B = %+v", resp)
+	}
+	for range 2 {
+		resp := r.do(t, operator, "do_damper_position", 30.0, "A")
+		if resp.Permission != promcp.Superseded || resp.Status != promcp.StatusFailed || !strings.Contains(resp.Reason, `"B"`) {
+			t.Fatalf("retry of A = %+v, want superseded naming B", resp)
+		}
+	}
+	if got := r.bus(t, "mb").Value("damper_position"); got != 50.0 {
+		t.Fatalf("device holds %v, want B's 50", got)
+	}
+	if n := wire.applied.Load(); n != 2 {
+		t.Fatalf("writes applied = %d, want 2 (A once, B once)", n)
+	}
+}
+
+// The same, across a restart: the write numbers are durable.
+func TestSupersededSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	r, wire, store := lossyRig(t, dir)
+	wire.lose.Store(1)
+	r.do(t, operator, "do_damper_position", 30.0, "A")
+	r.do(t, operator, "do_damper_position", 50.0, "B")
+	store.Close()
+	store = openState(t, r, dir)
+	defer store.Close()
+	e := r.restart(t, engine.Options{Idempotency: store, Limits: store})
+	if err := e.SettleInDoubt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	resp := doOn(t, e, "do_damper_position", 30.0, "A")
+	if resp.Permission != promcp.Superseded {
+		t.Fatalf("retry of A after restart = %+v, want superseded", resp)
+	}
+	if n := wire.applied.Load(); n != 2 {
+		t.Fatalf("writes applied = %d, want 2", n)
+	}
+}
+
+// The device refuses the value: not "unreachable" (waiting would not help),
+// and can_do says the same for that value afterwards.
+func TestDeviceRefusalIsItsOwnOutcome(t *testing.T) {
+	r, wire, _ := lossyRig(t, "")
+	wire.refuse.Store(1)
+	resp := r.do(t, operator, "do_boiler_setpoint", 55.0, "A")
+	if resp.Permission != promcp.DeviceRejected || resp.PreviousValue != 40.0 || !strings.Contains(resp.Reason, "illegal data value") {
+		t.Fatalf("refused write = %+v", resp)
+	}
+	rep := r.canDo(t, operator, promcp.Intent{SemanticTags: []string{"boiler"}, Action: "set", Value: 55.0})
+	if p, _ := permissionFor(rep, "do_boiler_setpoint"); p != promcp.DeviceRejected {
+		t.Fatalf("can_do after the refusal: %s, want %s", p, promcp.DeviceRejected)
+	}
+	// Nothing was applied, so nothing was charged, and the key may be tried again.
+	if resp := r.do(t, operator, "do_boiler_setpoint", 55.0, "A"); resp.Status != promcp.StatusSuccess {
+		t.Fatalf("retry once the device accepts = %+v", resp)
+	}
+	rep = r.canDo(t, operator, promcp.Intent{SemanticTags: []string{"boiler"}, Action: "set", Value: 55.0})
+	if p, _ := permissionFor(rep, "do_boiler_setpoint"); p == promcp.DeviceRejected {
+		t.Fatalf("can_do still reports the refusal after a write was accepted")
+	}
+	if n := wire.applied.Load(); n != 1 {
+		t.Fatalf("writes applied = %d, want 1", n)
+	}
+}
+
+// A crash after the write left and before it was charged: the restart charges
+// it from when it left, so the cooldown holds.
+func TestInDoubtIntentIsChargedAtStartUp(t *testing.T) {
+	r := newRig(t)
+	store := openState(t, r, t.TempDir())
+	defer store.Close()
+	err := store.Save("crashed", engine.Record{
+		Fingerprint: engine.Fingerprint("do_boiler_setpoint", 55.0), Tool: "do_boiler_setpoint", InDoubt: true,
+		At: r.clock.Now(), SentAt: r.clock.Now(), Seq: 1,
+		Response: promcp.DoResponse{Status: promcp.StatusFailed, IdempotencyKey: "crashed", AppliedValue: 55.0, PreviousValue: 40.0, SideEffects: []string{}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := r.restart(t, engine.Options{Idempotency: store, Limits: store})
+	if err := e.SettleInDoubt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(time.Second)
+	if resp := doOn(t, e, "do_boiler_setpoint", 60.0, "next"); resp.Permission != promcp.CooldownActive {
+		t.Fatalf("new key 1 s after a crashed write = %+v, want cooldown_active", resp)
+	}
+}
