@@ -131,6 +131,11 @@ type Point interface {
 	Read(ctx context.Context) (Sample, error)
 	// Write sets the value. It fails with ErrNotWritable for inputs.
 	Write(ctx context.Context, v Value) error
+	// Quantise returns the value the device holds once v is written, as a
+	// read returns it: v rounded to what the binding's encoding can hold
+	// (scale steps, integer registers, float32). It touches no bus, so the
+	// engine can check its bounds on what will really be written.
+	Quantise(v Value) (Value, error)
 	// Describe names the point ("modbus-rtu /dev/ttyUSB0 unit 1 holding 10 float32").
 	Describe() string
 }

@@ -230,6 +230,44 @@ func (p *modbusPoint) Write(ctx context.Context, v Value) error {
 	return p.wrap(p.mb.WriteRegisters(ctx, p.b.Unit, p.b.Address, regs))
 }
 
+func (p *modbusPoint) Quantise(v Value) (Value, error) {
+	var (
+		got  any
+		flag string
+		err  error
+	)
+	switch {
+	case p.b.Table.IsBits():
+		var bits []bool
+		if bits, err = p.enc.EncodeBits(v); err == nil {
+			got, flag, err = p.enc.DecodeBits(bits)
+		}
+	case p.b.DataType == manifest.MBBit:
+		var reg uint16
+		if reg, err = p.enc.EncodeBit(v, 0); err == nil {
+			got, flag, err = p.enc.Decode([]uint16{reg})
+		}
+	default:
+		var regs []uint16
+		if regs, err = p.enc.Encode(v); err == nil {
+			got, flag, err = p.enc.Decode(regs)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p.desc, err)
+	}
+	return held(got, flag, nil)
+}
+
+// held is a decoded value as Quantise returns it: a value the device would
+// hold but a read would flag is not one to write.
+func held(v any, flag string, err error) (Value, error) {
+	if err == nil && flag != "" {
+		err = errors.New(flag)
+	}
+	return v, err
+}
+
 func (p *modbusPoint) wrap(err error) error {
 	if err != nil {
 		return fmt.Errorf("%s: write: %w", p.desc, err)
@@ -301,6 +339,14 @@ func (p *i2cPoint) Write(ctx context.Context, v Value) error {
 	return nil
 }
 
+func (p *i2cPoint) Quantise(v Value) (Value, error) {
+	data, err := p.enc.Encode(v, make([]byte, p.enc.Width()))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p.desc, err)
+	}
+	return held(p.enc.Decode(data))
+}
+
 // ---- GPIO
 
 type gpioPoint struct {
@@ -362,6 +408,14 @@ func (p *gpioPoint) Write(ctx context.Context, v Value) error {
 		return fmt.Errorf("%s: write: %w", p.desc, err)
 	}
 	return nil
+}
+
+func (p *gpioPoint) Quantise(v Value) (Value, error) {
+	level, err := p.enc.Encode(v)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p.desc, err)
+	}
+	return held(p.enc.Decode(level))
 }
 
 // ---- opening buses

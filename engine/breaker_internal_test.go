@@ -78,8 +78,9 @@ func (b blockingPoint) Read(context.Context) (drivers.Sample, error) {
 	<-b.release
 	return drivers.Sample{Value: 1.0}, nil
 }
-func (b blockingPoint) Write(context.Context, drivers.Value) error { return nil }
-func (b blockingPoint) Describe() string                           { return "blocking point" }
+func (b blockingPoint) Write(context.Context, drivers.Value) error      { return nil }
+func (b blockingPoint) Describe() string                                { return "blocking point" }
+func (b blockingPoint) Quantise(v drivers.Value) (drivers.Value, error) { return v, nil }
 
 // No more than MaxQueued transactions wait for one device; the next fails at once.
 func TestDeviceQueueIsBounded(t *testing.T) {

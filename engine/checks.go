@@ -29,6 +29,9 @@ type decision struct {
 	value    any
 	clamped  bool
 	warnings []string
+	// approvedPrevious is the device value a person was shown when approving
+	// (nil: no approval, or none could be shown); the write needs it unchanged.
+	approvedPrevious any
 }
 
 func allow() decision { return decision{permission: promcp.Allowed} }
@@ -179,6 +182,84 @@ func (e *Engine) guardRange(pt *point, d *decision) {
 	}
 }
 
+// writeBounds is what a write may never pass: the manifest range narrowed by
+// the range guards that deny or clamp (a warn guard bounds nothing).
+func (e *Engine) writeBounds(pt *point) (lo, hi float64) {
+	lo, hi = math.Inf(-1), math.Inf(1)
+	narrow := func(min, max *float64) {
+		if min != nil {
+			lo = math.Max(lo, *min)
+		}
+		if max != nil {
+			hi = math.Min(hi, *max)
+		}
+	}
+	if r := pt.c.Range; r != nil {
+		narrow(r.Min, r.Max)
+	}
+	for _, r := range e.p.Rules(pt.tool) {
+		if g := r.RangeGuard; g != nil && g.OnViolation != policy.ViolationWarn {
+			narrow(g.Min, g.Max)
+		}
+	}
+	return lo, hi
+}
+
+// quantise replaces d.value by what the device will hold once it is written
+// (the encoding rounds to its step: scale 10 writes 15 as 20) and checks the
+// bounds on that, not on the request. When rounding would cross a bound the
+// request is inside, the nearest value the device can hold inside the bounds
+// is written instead and the answer is partial; when there is none, nothing is.
+func (e *Engine) quantise(pt *point, d *decision) {
+	want, numeric := drivers.AsFloat(d.value)
+	if !numeric {
+		return
+	}
+	q, err := pt.drv.Quantise(d.value)
+	if err != nil {
+		*d = deny(promcp.OutOfRange, "value %v cannot be written to this binding: %v", d.value, err)
+		return
+	}
+	lo, hi := e.writeBounds(pt)
+	got, _ := drivers.AsFloat(q)
+	if got < lo || got > hi {
+		inside, ok := e.inward(pt, q, got > hi)
+		if f, _ := drivers.AsFloat(inside); !ok || f < lo || f > hi {
+			*d = deny(promcp.OutOfRange, "value %v would be written as %v, outside [%v, %v]%s, and the register holds no value inside it near %v",
+				d.value, q, lo, hi, unitSuffix(pt.c), d.value)
+			return
+		}
+		d.warnings = append(d.warnings, fmt.Sprintf("value %v cannot be held exactly (it would be written as %v, outside [%v, %v]%s); %v, the nearest value inside, is written instead",
+			d.value, q, lo, hi, unitSuffix(pt.c), inside))
+		d.value, d.clamped = inside, true
+		return
+	}
+	if got != want {
+		d.warnings = append(d.warnings, fmt.Sprintf("value %v is written as %v, the nearest value the register holds", d.value, q))
+	}
+	d.value = q
+}
+
+// inward is the value next to q on the encoding's grid, downwards when down
+// is set: one scale step for integer registers, the adjacent float for
+// float32 and float64 ones.
+func (e *Engine) inward(pt *point, q any, down bool) (any, bool) {
+	f, _ := drivers.AsFloat(q)
+	dir := 1.0
+	if down {
+		dir = -1
+	}
+	next := f + dir*encodingStep(pt.c)
+	if step := encodingStep(pt.c); step == 0 {
+		next = math.Nextafter(f, f+dir)
+		if b := pt.c.Binding.Modbus; b != nil && b.DataType == manifest.MBFloat32 {
+			next = float64(math.Nextafter32(float32(f), float32(f+dir)))
+		}
+	}
+	v, err := pt.drv.Quantise(sameKind(q, next))
+	return v, err == nil
+}
+
 func fmtBound(b *float64, none string) string {
 	if b == nil {
 		return none
@@ -233,6 +314,10 @@ func (e *Engine) evaluate(pt *point, caller Caller, value any) decision {
 	d.value = value
 	if value != nil {
 		e.guardRange(pt, &d)
+		if d.permission != promcp.Allowed {
+			return d
+		}
+		e.quantise(pt, &d)
 		if d.permission != promcp.Allowed {
 			return d
 		}
