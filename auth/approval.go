@@ -23,16 +23,21 @@ var (
 )
 
 // ApprovalClaim is what an approval state binds: one call of one tool with
-// these arguments, by this caller, writing this value, before Expires.
+// these arguments, by this caller, writing this value over that previous
+// value, before Expires.
 type ApprovalClaim struct {
 	Tool   string `json:"tool"`
 	Args   string `json:"args"`   // ArgsDigest of the call's arguments
 	Key    string `json:"key"`    // the idempotency key the call acts under
 	Caller string `json:"caller"` // the caller's identity
 	// Value is what the person was shown would be written (JSON).
-	Value   json.RawMessage `json:"value"`
-	Expires int64           `json:"exp"` // Unix milliseconds
-	Nonce   string          `json:"nonce"`
+	Value json.RawMessage `json:"value"`
+	// Previous is the device value the person was shown as the one Value
+	// replaces (JSON; null when it could not be read). The person approved
+	// changing that value, so the write needs the device to still hold it.
+	Previous json.RawMessage `json:"previous"`
+	Expires  int64           `json:"exp"` // Unix milliseconds
+	Nonce    string          `json:"nonce"`
 }
 
 // ArgsDigest is a call's arguments reduced to a digest: SHA-256 of their JSON

@@ -21,7 +21,7 @@ import (
 func TestApprovalsBindOnceAndExpire(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	a := NewApprovals(func() time.Time { return now })
-	call := ApprovalClaim{Tool: "do_x", Args: "d1", Key: "k", Caller: "alice", Value: []byte("21")}
+	call := ApprovalClaim{Tool: "do_x", Args: "d1", Key: "k", Caller: "alice", Value: []byte("21"), Previous: []byte("40")}
 	state, _, err := a.Issue(call, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +43,7 @@ func TestApprovalsBindOnceAndExpire(t *testing.T) {
 		t.Errorf("garbage: %v", err)
 	}
 	got, err := a.Redeem(state, call)
-	if err != nil || got.Key != "k" || string(got.Value) != "21" {
+	if err != nil || got.Key != "k" || string(got.Value) != "21" || string(got.Previous) != "40" {
 		t.Fatalf("redeem: %+v %v", got, err)
 	}
 	if _, err := a.Redeem(state, call); !errors.Is(err, ErrApprovalUsed) {

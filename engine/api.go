@@ -17,7 +17,7 @@ type Caller struct {
 	Role     manifest.Role
 	// Approve asks the caller's person to approve an action (MCP elicitation);
 	// nil when the client cannot ask, and then approval-gated calls are refused.
-	Approve func(ctx context.Context, req ApprovalRequest) (bool, error)
+	Approve func(ctx context.Context, req ApprovalRequest) (Approval, error)
 }
 
 // ToolKind is a proMCP verb.

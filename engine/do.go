@@ -14,11 +14,26 @@ import (
 
 // ApprovalRequest is what a person is asked to approve.
 type ApprovalRequest struct {
-	Tool          string
-	Value         any
+	Tool  string
+	Value any
+	// PreviousValue is what the device holds now, read for this request (not
+	// from the cache); nil when it could not be read, and PreviousError says why.
 	PreviousValue any
+	PreviousError string
 	Unit          string
 	SideEffects   []string
+}
+
+// Approval is a person's answer to an ApprovalRequest.
+type Approval struct {
+	Approved bool
+	// Previous is the value the person was shown as the one the write
+	// replaces (nil: none could be shown). The engine writes only if the
+	// device still holds it (within the capability's resolution) when the
+	// write's turn comes; otherwise the call is refused with
+	// requires_human_approval, the only reason an approved call gets that
+	// permission, and the person can be asked again with the new value.
+	Previous any
 }
 
 // Do answers a do_* tool. Refusals and failures are DoResponses with status
@@ -91,6 +106,11 @@ func (e *Engine) Do(ctx context.Context, caller Caller, tool string, req promcp.
 	prev, err := e.readFresh(ctx, pt)
 	if err != nil {
 		return e.refuse(pt, key, failurePermission(err), fmt.Sprintf("could not read the current value, so nothing was written: %v", err)), nil
+	}
+	if d.approvedPrevious != nil && !sameValue(pt, prev.value, d.approvedPrevious) {
+		e.log.Info("do refused: the value moved since approval", "tool", tool, "key", key, "shown", d.approvedPrevious, "now", prev.value, "caller", caller.Identity)
+		u := unitSuffix(pt.c)
+		return e.refuse(pt, key, promcp.RequiresHumanApproval, fmt.Sprintf("the device value moved from %v%s to %v%s since the approval was shown; nothing was written", d.approvedPrevious, u, prev.value, u)), nil
 	}
 	if il := e.interlocks(ctx, pt, d.value, true); il.permission != promcp.Allowed {
 		e.log.Info("do refused by an interlock", "tool", tool, "key", key, "permission", il.permission, "reason", il.reason, "caller", caller.Identity)
@@ -285,18 +305,23 @@ func (e *Engine) askApproval(ctx context.Context, pt *point, caller Caller, d de
 		d.reason += "; this client cannot ask a person, so nothing was written"
 		return d
 	}
-	prev := any(nil)
-	if r := e.cached(pt); r != nil {
-		prev = r.value
+	req := ApprovalRequest{Tool: pt.tool, Value: d.value, Unit: pt.c.Unit, SideEffects: pt.c.SideEffects}
+	// The person decides on what the device holds now: a cached reading may
+	// predate a change made by another client or by hand.
+	if r, err := e.readFresh(ctx, pt); err != nil {
+		req.PreviousError = err.Error()
+	} else {
+		req.PreviousValue = r.value
 	}
-	ok, err := caller.Approve(ctx, ApprovalRequest{Tool: pt.tool, Value: d.value, PreviousValue: prev, Unit: pt.c.Unit, SideEffects: pt.c.SideEffects})
+	a, err := caller.Approve(ctx, req)
 	switch {
 	case err != nil:
 		d.reason = fmt.Sprintf("approval could not be obtained (%v); nothing was written", err)
-	case !ok:
+	case !a.Approved:
 		d.reason = "a person declined the action; nothing was written"
 	default:
 		d.permission, d.reason = promcp.Allowed, ""
+		d.approvedPrevious = a.Previous
 		d.warnings = append(d.warnings, "approved by a person")
 	}
 	return d

@@ -23,9 +23,11 @@ import (
 // client asks the person and calls again with the answer and the state.
 // mcp-go performs the same exchange as a server-initiated elicitation for
 // clients older than protocol 2026-07-28, so one path serves both. The state
-// binds the answer to this tool, these arguments, this caller and the value
-// shown, expires with the rule's timeout_s and is accepted once; the engine
-// checks everything again on the second pass before it writes.
+// binds the answer to this tool, these arguments, this caller, the value to
+// write and the device value the form showed (read for the form), expires
+// with the rule's timeout_s and is accepted once; the engine checks
+// everything again on the second pass, and writes only if the device still
+// holds the value shown. If it moved, the person is asked again.
 
 // approvalInput is the id of the approval form among the call's input requests.
 const approvalInput = "approval"
@@ -53,40 +55,48 @@ func (a *adapter) doCall(ctx context.Context, req mcp.CallToolRequest, args map[
 		// Fixed now so that the approved retry acts under the same key.
 		dr.IdempotencyKey = promcp.NewUUID()
 	}
+	return a.askPerson(work, name, args, dr, caller, "")
+}
+
+// askPerson runs the call up to the engine's approval step and, when the
+// engine asks, answers with the form and a state signed for this call, the
+// value to write and the device value the form shows. note, when set, tells
+// the person why they are asked again.
+func (a *adapter) askPerson(ctx context.Context, name string, args map[string]any, dr promcp.DoRequest, caller engine.Caller, note string) (*mcp.CallToolResult, error) {
 	var asked *engine.ApprovalRequest
-	caller.Approve = func(_ context.Context, r engine.ApprovalRequest) (bool, error) {
+	caller.Approve = func(_ context.Context, r engine.ApprovalRequest) (engine.Approval, error) {
 		asked = &r
-		return false, errAwaitingApproval
+		return engine.Approval{}, errAwaitingApproval
 	}
-	resp, err := a.e.Do(work, caller, name, dr)
+	resp, err := a.e.Do(ctx, caller, name, dr)
 	if err != nil {
 		return nil, err
 	}
 	if asked == nil { // decided without a person: replayed, refused or not gated
 		return result(resp, resp.Status == promcp.StatusFailed)
 	}
-	if asked.PreviousValue == nil {
-		asked.PreviousValue = a.currentValue(work, caller, name)
-	}
 	digest, err := auth.ArgsDigest(args)
 	if err != nil {
 		return nil, fmt.Errorf("approval: %w", err)
 	}
-	value, err := json.Marshal(asked.Value)
-	if err != nil {
+	value, verr := json.Marshal(asked.Value)
+	previous, perr := json.Marshal(asked.PreviousValue)
+	if err := errors.Join(verr, perr); err != nil {
 		return nil, fmt.Errorf("approval: %w", err)
 	}
 	timeout := approvalTimeout(a.e.Policy(), name)
-	state, claim, err := a.approvals.Issue(auth.ApprovalClaim{Tool: name, Args: digest, Key: dr.IdempotencyKey, Caller: caller.Identity, Value: value}, timeout)
+	state, claim, err := a.approvals.Issue(auth.ApprovalClaim{Tool: name, Args: digest, Key: dr.IdempotencyKey, Caller: caller.Identity, Value: value, Previous: previous}, timeout)
 	if err != nil {
 		return nil, fmt.Errorf("approval: %w", err)
 	}
-	form := approvalForm(a.m.Device.ID, *asked, time.UnixMilli(claim.Expires), timeout)
+	form := approvalForm(a.m.Device.ID, *asked, note, time.UnixMilli(claim.Expires), timeout)
 	return server.NewInputRequestBuilder(state).Elicit(approvalInput, form).ToolResult(), nil
 }
 
 // doApproved is the second pass: it accepts the person's answer only with a
-// valid state for exactly this call, then lets the engine decide again.
+// valid state for exactly this call, then lets the engine decide again. The
+// answer carries the device value the person saw; if the device has moved
+// from it, the engine writes nothing and the person is asked again.
 func (a *adapter) doApproved(ctx context.Context, req mcp.CallToolRequest, args map[string]any, dr promcp.DoRequest, caller engine.Caller) (*mcp.CallToolResult, error) {
 	name := req.Params.Name
 	digest, err := auth.ArgsDigest(args)
@@ -100,33 +110,35 @@ func (a *adapter) doApproved(ctx context.Context, req mcp.CallToolRequest, args 
 		resp.Permission = promcp.RequiresHumanApproval
 		return result(resp, true)
 	}
+	var shown any
+	if err := json.Unmarshal(claim.Previous, &shown); err != nil {
+		return nil, fmt.Errorf("approval: the previous value in the state: %w", err)
+	}
 	dr.IdempotencyKey = claim.Key
 	answer := server.ElicitationResponse(req.Params.InputResponses, approvalInput)
 	approved := answer != nil && answer.Action == mcp.ElicitationResponseActionAccept && approvedInForm(answer.Content)
-	caller.Approve = func(_ context.Context, r engine.ApprovalRequest) (bool, error) {
+	granted := false
+	caller.Approve = func(_ context.Context, r engine.ApprovalRequest) (engine.Approval, error) {
 		now, err := json.Marshal(r.Value)
 		if err != nil || string(now) != string(claim.Value) {
-			return false, fmt.Errorf("the value to write is now %s, not the %s the person approved", now, claim.Value)
+			return engine.Approval{}, fmt.Errorf("the value to write is now %s, not the %s the person approved", now, claim.Value)
 		}
-		return approved, nil
+		granted = approved
+		return engine.Approval{Approved: approved, Previous: shown}, nil
 	}
 	a.opts.Logger.Info("approval answered", "tool", name, "caller", caller.Identity, "key", claim.Key, "approved", approved)
-	return a.runDo(ctx, caller, name, dr)
-}
-
-// currentValue is what the capability's read_* tool reports now, for the
-// form, when the engine knows no value of the do_* point itself; nil when
-// there is no such tool or no usable reading.
-func (a *adapter) currentValue(ctx context.Context, caller engine.Caller, tool string) any {
-	c := a.caps[tool]
-	if c == nil {
-		return nil
+	resp, err := a.e.Do(ctx, caller, name, dr)
+	if err != nil {
+		return nil, err
 	}
-	r, err := a.e.Read(ctx, caller, "read_"+c.Name)
-	if err != nil || (r.Quality != promcp.QualityGood && r.Quality != promcp.QualityStale) {
-		return nil
+	if granted && resp.Permission == promcp.RequiresHumanApproval {
+		// The engine refuses an approved call so only when the device no
+		// longer holds the value the person saw: nothing was written. Show
+		// the value it holds now and ask again.
+		a.opts.Logger.Info("approval outdated, asking again", "tool", name, "caller", caller.Identity, "key", claim.Key, "reason", resp.Reason)
+		return a.askPerson(ctx, name, args, dr, caller, resp.Reason)
 	}
-	return r.Value
+	return result(resp, resp.Status == promcp.StatusFailed)
 }
 
 func (a *adapter) runDo(ctx context.Context, caller engine.Caller, name string, dr promcp.DoRequest) (*mcp.CallToolResult, error) {
@@ -175,26 +187,31 @@ func approvalTimeout(p *policy.Policy, tool string) time.Duration {
 }
 
 // approvalForm states what the person approves: tool, value, the value it
-// replaces, side effects and how long the question stands.
-func approvalForm(device string, r engine.ApprovalRequest, expires time.Time, timeout time.Duration) mcp.ElicitationParams {
+// replaces (read from the device for this form), side effects and how long
+// the question stands; note says why the person is asked again, if they are.
+func approvalForm(device string, r engine.ApprovalRequest, note string, expires time.Time, timeout time.Duration) mcp.ElicitationParams {
 	withUnit := func(v any) string {
-		if v == nil {
-			return "unknown (not read yet)"
-		}
 		if r.Unit == "" {
 			return fmt.Sprint(v)
 		}
 		return fmt.Sprintf("%v %s", v, r.Unit)
 	}
+	previous := withUnit(r.PreviousValue)
+	if r.PreviousError != "" {
+		previous = fmt.Sprintf("could not be read (%s)", r.PreviousError)
+	}
 	var b strings.Builder
+	if note != "" {
+		fmt.Fprintf(&b, "Asked again: %s.\n", note)
+	}
 	fmt.Fprintf(&b, "An agent asks to change the physical device %s.\n", device)
-	fmt.Fprintf(&b, "Tool: %s\nNew value: %s\nPrevious value: %s\n", r.Tool, withUnit(r.Value), withUnit(r.PreviousValue))
+	fmt.Fprintf(&b, "Tool: %s\nNew value: %s\nPrevious value: %s\n", r.Tool, withUnit(r.Value), previous)
 	if len(r.SideEffects) > 0 {
 		fmt.Fprintf(&b, "Side effects: %s\n", strings.Join(r.SideEffects, ", "))
 	} else {
 		b.WriteString("Side effects: none declared\n")
 	}
-	fmt.Fprintf(&b, "This question expires in %s (at %s UTC); no answer means no. Decline unless you expected this change.",
+	fmt.Fprintf(&b, "This question expires in %s (at %s UTC); no answer means no. If the device changes before the write, nothing is written and you are asked again. Decline unless you expected this change.",
 		timeout, expires.UTC().Format("15:04:05"))
 	return mcp.ElicitationParams{
 		Message: b.String(),

@@ -14,6 +14,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/physmcp/physmcpd/drivers/sim"
 )
 
 func startApprovalDevice(t *testing.T) *accessDevice {
@@ -240,5 +242,122 @@ func TestApprovalExpired(t *testing.T) {
 	}
 	if n := d.bus.writes.Load(); n != 0 {
 		t.Errorf("%d writes, want 0", n)
+	}
+}
+
+// byHand changes the boiler's setpoint on the device itself, as someone at
+// its panel would: not through physmcpd, so the bus counts no write.
+func (d *accessDevice) byHand(v float64) error {
+	return d.bus.ModbusBus.(*sim.Modbus).SetValue("boiler_setpoint", v)
+}
+
+// The form shows what the device holds now, not the read cache: a reading
+// of 40 taken just before, then 47 set at the panel, shows 47.
+func TestApprovalFormShowsFreshValue(t *testing.T) {
+	d := startApprovalDevice(t)
+	who := &person{answer: answering(mcp.ElicitationResponseActionAccept, true)}
+	c := d.connect(t, nil, nil, client.WithElicitationHandler(who))
+	if res, err := callDo(t, c, "read_boiler_setpoint", nil); err != nil || !strings.Contains(resultText(res), `"value":40`) {
+		t.Fatalf("read_: %v %s", err, resultText(res))
+	}
+	if err := d.byHand(47); err != nil {
+		t.Fatal(err)
+	}
+	res, err := callDo(t, c, "do_boiler_setpoint", map[string]any{"value": 55})
+	if err != nil || res.IsError || !strings.Contains(resultText(res), `"previous_value":47`) {
+		t.Fatalf("approved do_: %v %s", err, resultText(res))
+	}
+	if len(who.asked) != 1 || !strings.Contains(who.asked[0].Message, "Previous value: 47 °C") {
+		t.Errorf("form: %+v", who.asked)
+	}
+	if n := d.bus.writes.Load(); n != 1 {
+		t.Errorf("%d writes, want 1", n)
+	}
+}
+
+// A device that cannot be read for the form says so; the person approved
+// knowing that, so the write goes ahead (from what the device then holds).
+func TestApprovalFormUnreadable(t *testing.T) {
+	d := startApprovalDevice(t)
+	who := &person{answer: answering(mcp.ElicitationResponseActionAccept, true)}
+	c := d.connect(t, nil, nil, client.WithElicitationHandler(who))
+	d.bus.ModbusBus.(*sim.Modbus).FailNext(1, nil)
+	res, err := callDo(t, c, "do_boiler_setpoint", map[string]any{"value": 55})
+	if err != nil || res.IsError || !strings.Contains(resultText(res), `"previous_value":40`) {
+		t.Fatalf("approved do_: %v %s", err, resultText(res))
+	}
+	if len(who.asked) != 1 || !strings.Contains(who.asked[0].Message, "Previous value: could not be read (") {
+		t.Errorf("form: %+v", who.asked)
+	}
+	if n := d.bus.writes.Load(); n != 1 {
+		t.Errorf("%d writes, want 1", n)
+	}
+}
+
+// The approval binds the device value the form showed. When the device moves
+// between the form and the answer, the approved call writes nothing and the
+// person is asked again with the value it holds now; their second answer
+// decides. A change within the register's resolution is no move. Both on the
+// current protocol and on 2025-06-18 (server-initiated elicitation).
+func TestApprovalRefusedWhenValueMoved(t *testing.T) {
+	cases := map[string]struct {
+		moveTo float64
+		second mcp.ElicitationResponseAction // the answer to the form shown again
+		forms  int
+		writes int64
+	}{
+		"moved, asked again, declined":  {moveTo: 47, second: mcp.ElicitationResponseActionDecline, forms: 2, writes: 0},
+		"moved, asked again, approved":  {moveTo: 47, second: mcp.ElicitationResponseActionAccept, forms: 2, writes: 1},
+		"within the float32 resolution": {moveTo: 40.00001, forms: 1, writes: 1},
+	}
+	for _, version := range []string{"", "2025-06-18"} {
+		for name, tc := range cases {
+			t.Run(name+" protocol "+version, func(t *testing.T) {
+				d := startApprovalDevice(t)
+				who := &person{}
+				who.answer = func(p mcp.ElicitationParams) *mcp.ElicitationResult {
+					if len(who.asked) == 1 {
+						// The person reads the form; meanwhile the device changes.
+						if err := d.byHand(tc.moveTo); err != nil {
+							t.Error(err)
+						}
+						return answering(mcp.ElicitationResponseActionAccept, true)(p)
+					}
+					return answering(tc.second, tc.second == mcp.ElicitationResponseActionAccept)(p)
+				}
+				opts := []client.ClientOption{client.WithElicitationHandler(who)}
+				if version != "" {
+					opts = append(opts, client.WithProtocolVersion(version))
+				}
+				c := d.connect(t, nil, nil, opts...)
+				res, err := callDo(t, c, "do_boiler_setpoint", map[string]any{"value": 55})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(who.asked) != tc.forms {
+					t.Fatalf("%d forms, want %d", len(who.asked), tc.forms)
+				}
+				if !strings.Contains(who.asked[0].Message, "Previous value: 40 °C") {
+					t.Errorf("first form:\n%s", who.asked[0].Message)
+				}
+				if tc.forms == 2 {
+					again := who.asked[1].Message
+					for _, want := range []string{"the device value moved from 40 °C to 47 °C since the approval was shown; nothing was written", "Previous value: 47 °C"} {
+						if !strings.Contains(again, want) {
+							t.Errorf("second form lacks %q:\n%s", want, again)
+						}
+					}
+				}
+				if n := d.bus.writes.Load(); n != tc.writes {
+					t.Errorf("%d writes, want %d", n, tc.writes)
+				}
+				if failed := tc.writes == 0; res.IsError != failed {
+					t.Errorf("IsError %v: %s", res.IsError, resultText(res))
+				}
+				if tc.writes == 0 && !strings.Contains(resultText(res), "requires_human_approval") {
+					t.Errorf("refusal: %s", resultText(res))
+				}
+			})
+		}
 	}
 }

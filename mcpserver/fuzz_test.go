@@ -57,7 +57,9 @@ func fuzzSetup(f *testing.F, clk *testclock.Clock, manifestPath, policyPath stri
 	f.Cleanup(func() { e.Close() })
 	// The most powerful caller there is, who approves everything: the
 	// engine's checks alone must keep every write inside the manifest.
-	admin := engine.Caller{Identity: "fuzz", Role: manifest.RoleAdmin, Approve: func(context.Context, engine.ApprovalRequest) (bool, error) { return true, nil }}
+	admin := engine.Caller{Identity: "fuzz", Role: manifest.RoleAdmin, Approve: func(context.Context, engine.ApprovalRequest) (engine.Approval, error) {
+		return engine.Approval{Approved: true}, nil
+	}}
 	d := &fuzzDevice{m: m, buses: buses}
 	groups := []string{""}
 	for _, c := range m.Capabilities {

@@ -78,11 +78,11 @@ func TestEnginePanicBecomesErrorResult(t *testing.T) {
 	var approvalPanics atomic.Bool
 	approvalPanics.Store(true)
 	s, err := mcpserver.New(e, mcpserver.Options{Logger: quietLogger(), Group: "operation", Caller: func(context.Context) engine.Caller {
-		return engine.Caller{Identity: "local", Role: p.LocalRole(), Approve: func(context.Context, engine.ApprovalRequest) (bool, error) {
+		return engine.Caller{Identity: "local", Role: p.LocalRole(), Approve: func(context.Context, engine.ApprovalRequest) (engine.Approval, error) {
 			if approvalPanics.Load() {
 				panic("approval bug")
 			}
-			return true, nil
+			return engine.Approval{Approved: true}, nil
 		}}
 	}})
 	if err != nil {
