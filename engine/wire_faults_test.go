@@ -1,0 +1,201 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/physmcp/physmcpd/drivers"
+	"github.com/physmcp/physmcpd/drivers/modbus"
+	"github.com/physmcp/physmcpd/engine"
+	"github.com/physmcp/physmcpd/internal/modbusfault"
+	"github.com/physmcp/physmcpd/manifest"
+	"github.com/physmcp/physmcpd/promcp"
+)
+
+// wireRig is the engine on a real Modbus bus (TCP on loopback or RTU on a
+// pseudo-terminal) to a device that misbehaves on demand.
+type wireRig struct {
+	e   *engine.Engine
+	dev *modbusfault.Device
+}
+
+// A holding register (FC6 writes) with a 2 s cooldown, and one without.
+const wireManifest = `physmcp_version: "0.1"
+device: {id: wire_rig, type: test_rig}
+buses:
+  plc: %s
+capabilities:
+  - name: flow_setpoint
+    kind: do
+    description: Flow setpoint.
+    binding: {bus: plc, unit: 1, table: holding, address: 0, data_type: uint16}
+    data_type: int
+    unit: "l/min"
+    range: {min: 0, max: 1000}
+    semantic_tags: [flow]
+    side_effects: ["changes the flow"]
+  - name: heater_power
+    kind: do
+    description: Heater power, with a cooldown.
+    binding: {bus: plc, unit: 1, table: holding, address: 1, data_type: uint16}
+    data_type: int
+    unit: "%%"
+    range: {min: 0, max: 100}
+    cooldown_ms: 2000
+    semantic_tags: [heater]
+    side_effects: ["heats"]
+`
+
+func newWireRig(t *testing.T, rtu bool, retries int) *wireRig {
+	t.Helper()
+	var bus string
+	var dev *modbusfault.Device
+	if rtu {
+		s := modbusfault.StartRTU(t)
+		dev = s.Device
+		bus = fmt.Sprintf("{type: modbus-rtu, port: %s, baud: 115200, parity: none, stop_bits: 1, timeout_ms: 150, retries: %d}", s.Path(), retries)
+	} else {
+		s := modbusfault.StartTCP(t)
+		dev = s.Device
+		bus = fmt.Sprintf("{type: modbus-tcp, address: %q, timeout_ms: 150, retries: %d}", s.Addr(), retries)
+	}
+	path := filepath.Join(t.TempDir(), "wire.manifest.yml")
+	if err := os.WriteFile(path, fmt.Appendf(nil, wireManifest, bus), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, diags := manifest.Load(path)
+	if m == nil {
+		t.Fatalf("manifest: %s", diags)
+	}
+	buses, err := drivers.OpenAll(context.Background(), m, drivers.Openers{
+		manifest.BusModbusTCP: modbus.OpenTCP, manifest.BusModbusRTU: modbus.OpenRTU,
+	}, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(m, nil, buses, engine.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return &wireRig{e: e, dev: dev}
+}
+
+func (w *wireRig) do(t *testing.T, tool string, v int, key string) promcp.DoResponse {
+	t.Helper()
+	resp, err := w.e.Do(context.Background(), operator, tool, promcp.DoRequest{Value: v, IdempotencyKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// wireModes are the faults a write can meet, and whether the device applies
+// the write in each.
+var wireModes = []modbusfault.Fault{
+	{Mode: modbusfault.ApplyDrop}, {Mode: modbusfault.ApplyNoReply}, {Mode: modbusfault.ApplyFIN},
+	{Mode: modbusfault.ApplyRST}, {Mode: modbusfault.Hang}, {Mode: modbusfault.Delay, Delay: 400 * time.Millisecond},
+	{Mode: modbusfault.Exception, Code: 3}, {Mode: modbusfault.Garble}, {Mode: modbusfault.Mismatch},
+}
+
+// For every fault a write can meet, every bus retries setting and both
+// transports, through the whole engine: one do_* call puts at most one write
+// on the device; retrying its key settles it without a second write (or
+// writes once when the first never applied); a later key's write is never
+// undone by a retry of the lost one.
+func TestWireFaultsOneWritePerCall(t *testing.T) {
+	var mu sync.Mutex
+	scenarios, applied, calls := 0, 0, 0
+	for _, rtu := range []bool{false, true} {
+		for _, retries := range []int{0, 1, 3} {
+			for _, f := range wireModes {
+				name := fmt.Sprintf("tcp/retries=%d/%s", retries, f.Mode)
+				if rtu {
+					name = fmt.Sprintf("rtu/retries=%d/%s", retries, f.Mode)
+				}
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					w := newWireRig(t, rtu, retries)
+					fault := f
+					fault.Match, fault.Times = modbusfault.At(6, 0), 1
+					w.dev.Inject(fault)
+
+					first := w.do(t, "do_flow_setpoint", 500, "A")
+					writesA := w.dev.Writes(modbusfault.HoldingRegisters, 0)
+					want := 0
+					if f.Mode.Applies() {
+						want = 1
+					}
+					if writesA != want || w.dev.Requests(6) != 1 {
+						t.Fatalf("first call (%s): %d writes applied, %d FC6 frames; want %d and 1", first.Status, writesA, w.dev.Requests(6), want)
+					}
+					switch {
+					case f.Mode == modbusfault.Exception:
+						if first.Permission != promcp.DeviceRejected {
+							t.Fatalf("exception reply answered %+v", first)
+						}
+					case first.Status != promcp.StatusFailed || first.PreviousValue == nil:
+						t.Fatalf("lost outcome answered %+v", first)
+					}
+					// An RTU device answers one frame at a time: let a delayed reply go by.
+					time.Sleep(f.Delay)
+					// The retry settles the key: confirmed if applied, written once if not.
+					again := w.do(t, "do_flow_setpoint", 500, "A")
+					if again.Status != promcp.StatusSuccess || w.dev.Writes(modbusfault.HoldingRegisters, 0) != 1 {
+						t.Fatalf("retry: %+v, %d writes applied; want success and 1", again, w.dev.Writes(modbusfault.HoldingRegisters, 0))
+					}
+					frames := w.dev.Requests(6)
+
+					// C lost, B, retry C: C must not undo B. A C the device
+					// refused never happened, so its retry is a new write.
+					w.dev.Inject(fault)
+					w.do(t, "do_flow_setpoint", 600, "C")
+					time.Sleep(f.Delay)
+					if b := w.do(t, "do_flow_setpoint", 700, "B"); b.Status != promcp.StatusSuccess {
+						t.Fatalf("B = %+v", b)
+					}
+					retryC := w.do(t, "do_flow_setpoint", 600, "C")
+					want = 700
+					if f.Mode == modbusfault.Exception {
+						want = 600
+					} else if retryC.Permission != promcp.Superseded {
+						t.Fatalf("retry of C after B = %+v, want superseded", retryC)
+					}
+					if got := w.dev.Value(modbusfault.HoldingRegisters, 0); int(got) != want {
+						t.Fatalf("after B and a retry of C the device holds %d, want %d (retry answered %+v)", got, want, retryC)
+					}
+					mu.Lock()
+					scenarios++
+					applied += w.dev.Writes(modbusfault.HoldingRegisters, 0)
+					calls += 5
+					mu.Unlock()
+					t.Logf("%s: FC6 frames %d after A and its retry, %d in all", name, frames, w.dev.Requests(6))
+				})
+			}
+		}
+	}
+	t.Cleanup(func() {
+		fmt.Printf("engine wire faults: %d scenarios (9 fault modes x retries 0,1,3 x TCP/RTU), %d do_* calls, %d writes applied, 0 applied twice\n", scenarios, calls, applied)
+	})
+}
+
+// An in-doubt write over the wire is charged to the cooldown.
+func TestWireInDoubtWriteIsChargedToTheCooldown(t *testing.T) {
+	w := newWireRig(t, false, 3)
+	w.dev.Inject(modbusfault.Fault{Mode: modbusfault.ApplyRST, Match: modbusfault.At(6, 1), Times: 1})
+	if resp := w.do(t, "do_heater_power", 40, "A"); resp.Status != promcp.StatusFailed {
+		t.Fatalf("A = %+v", resp)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if resp := w.do(t, "do_heater_power", 60, "B"); resp.Permission != promcp.CooldownActive {
+		t.Fatalf("B 0.3 s after an in-doubt write = %+v, want cooldown_active", resp)
+	}
+	if n := w.dev.Writes(modbusfault.HoldingRegisters, 1); n != 1 {
+		t.Fatalf("%d writes applied, want 1", n)
+	}
+}
