@@ -67,17 +67,21 @@ func (e *Engine) applySafe(ctx context.Context, pt *point, v any, why string) er
 	sent := e.now()
 	// The write goes around the circuit breaker on purpose: an actuator must be
 	// tried whenever it is to be made safe, even if its device failed recently.
-	if err := e.timed(ctx, pt, func(ctx context.Context) error { return pt.drv.Write(ctx, value) }); err != nil {
-		resp.Reason = fmt.Sprintf("%s: write failed: %v", why, err)
-		e.log.Error("safe state not applied", "tool", pt.tool, "value", value, "why", why, "err", err)
-		return fmt.Errorf("write safe value %v: %w", value, err)
-	}
+	werr := e.timed(ctx, pt, func(ctx context.Context) error { return pt.drv.Write(ctx, value) })
 	changed := perr != nil || !sameValue(pt, prev.value, value)
-	if changed {
+	// A write that may have changed the device is charged and numbered, so an
+	// older in-doubt key retried later is superseded rather than undoing it.
+	if werr == nil && changed || werr != nil && inDoubt(werr) {
 		if err := e.charge(pt, Write{At: sent, Value: value, Seq: pt.site.nextSeq()}); err != nil {
 			resp.Warnings = append(resp.Warnings, fmt.Sprintf("the write history could not be recorded: %v", err))
 		}
-	} else {
+	}
+	if werr != nil {
+		resp.Reason = fmt.Sprintf("%s: write failed: %v", why, werr)
+		e.log.Error("safe state not applied", "tool", pt.tool, "value", value, "why", why, "err", werr)
+		return fmt.Errorf("write safe value %v: %w", value, werr)
+	}
+	if !changed {
 		e.invalidate(pt)
 	}
 	resp.Status, resp.AppliedValue = promcp.StatusSuccess, value
