@@ -48,8 +48,7 @@ type GPIOChip interface {
 
 // GPIOLine is one requested line. Levels are logical (active-low already applied).
 type GPIOLine interface {
-	// Read returns the input level; for an output, the last level written
-	// (reading an output through the kernel would turn it into an input).
+	// Read returns the input level; for an output, the level it drives.
 	Read(ctx context.Context) (bool, error)
 	Write(ctx context.Context, level bool) error
 }

@@ -367,7 +367,8 @@ func bindGPIO(base point, gc GPIOChip, b *manifest.GPIOBinding) (Point, error) {
 		if b.SafeLevel == nil {
 			return nil, fmt.Errorf("output line has no safe level to start at")
 		}
-		cfg.Initial = *b.SafeLevel
+		// safe_level is physical; the line's levels are logical.
+		cfg.Initial = *b.SafeLevel != b.ActiveLow
 	case manifest.DirInput:
 	default:
 		return nil, fmt.Errorf("line direction %q is neither input nor output", b.Direction)

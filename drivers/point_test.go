@@ -394,6 +394,10 @@ func TestGPIOPoints(t *testing.T) {
 		t.Errorf("relay read-back %v", s.Value)
 	}
 	valve := f.bind("valve")
+	// Its safe_level low is physical: active-low, the valve starts logically true.
+	if s, err := valve.Read(ctx); err != nil || s.Value != "open" {
+		t.Errorf("active-low valve with safe_level low at start = %+v %v, want open", s, err)
+	}
 	if err := valve.Write(ctx, "open"); err != nil {
 		t.Fatal(err)
 	}

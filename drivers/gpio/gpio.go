@@ -1,13 +1,15 @@
 // Package gpio is the real GPIO driver: the Linux GPIO character device
-// through periph.io's gpioioctl (never the legacy sysfs interface, and never
-// gpioreg.ByName with a number, which returns a sysfs pin).
+// (/dev/gpiochipN) through its v2 uAPI ioctls (uapi.go), never the legacy
+// sysfs interface.
 //
-// The periph-facing part is small (Open and periphChips); Chip and Line hold
-// the logic: the chip found by label (fallback: path), the line by name or
-// offset on that chip, active-low applied here, outputs driven to their safe
-// level when requested and when the chip is closed, and outputs reporting the
-// level last written, because periph's Read on an output silently re-requests
-// the line as an input with a pull-up.
+// Each line is requested with everything it needs in one ioctl: direction,
+// bias, active-low and, for an output, its starting value, so an output goes
+// straight to its safe level without passing through another one (periph.io's
+// gpioioctl, used before, could not give a starting value and drove a line
+// low before setting it high). The kernel applies active-low, so levels here
+// are logical. The chip is found by label (fallback: path), the line by name
+// or offset on that chip. A line another consumer holds is reported with the
+// holder's name and as drivers.ErrUnreachable.
 package gpio
 
 import (
@@ -16,27 +18,20 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"time"
-
-	pgpio "periph.io/x/conn/v3/gpio"
-	"periph.io/x/host/v3"
-	"periph.io/x/host/v3/gpioioctl"
+	"syscall"
+	"unsafe"
 
 	"github.com/physmcp/physmcpd/drivers"
 	"github.com/physmcp/physmcpd/manifest"
 )
 
-// hwLine is what the driver needs of a line: periph's *gpioioctl.GPIOLine,
-// or a test double.
-type hwLine interface {
-	Name() string
-	Number() int
-	In(pull pgpio.Pull, edge pgpio.Edge) error
-	Read() pgpio.Level
-	Out(l pgpio.Level) error
-	WaitForEdge(timeout time.Duration) bool
-	Halt() error
-	Close()
+// consumer is the label the kernel shows for lines physmcpd holds (gpioinfo).
+const consumer = "physmcpd"
+
+// dev is the character device's system calls; tests replace the kernel.
+type dev interface {
+	ioctl(fd int, req uint, arg unsafe.Pointer) error
+	close(fd int) error
 }
 
 // hwChip describes one chip as found on the system.
@@ -44,7 +39,7 @@ type hwChip struct {
 	name  string // gpiochipN
 	label string // the driver's label, stable across kernels
 	path  string // /dev/gpiochipN
-	lines []hwLine
+	lines int
 }
 
 // Open finds the manifest's chip among the system's GPIO character devices (drivers.Opener).
@@ -52,26 +47,19 @@ func Open(_ context.Context, _ *manifest.Manifest, b *manifest.Bus) (drivers.Bus
 	if b.GPIO == nil {
 		return nil, fmt.Errorf("bus %q: no gpio settings", b.Name)
 	}
-	if _, err := host.Init(); err != nil {
-		return nil, fmt.Errorf("bus %q: periph host init: %w", b.Name, err)
+	chips, err := systemChips()
+	if err != nil {
+		return nil, fmt.Errorf("bus %q: %w: %w", b.Name, drivers.ErrUnreachable, err)
 	}
-	c, err := findChip(periphChips(), b.GPIO.Chip, b.GPIO.Path)
+	hw, err := findChip(chips, b.GPIO.Chip, b.GPIO.Path)
 	if err != nil {
 		return nil, fmt.Errorf("bus %q: %w", b.Name, err)
 	}
-	return newChip(c), nil
-}
-
-func periphChips() []hwChip {
-	var out []hwChip
-	for _, c := range gpioioctl.Chips {
-		h := hwChip{name: c.Name(), label: c.Label(), path: c.Path()}
-		for _, l := range c.Lines() {
-			h.lines = append(h.lines, l)
-		}
-		out = append(out, h)
+	fd, err := openChip(hw.path)
+	if err != nil {
+		return nil, fmt.Errorf("bus %q: %w: %w", b.Name, drivers.ErrUnreachable, err)
 	}
-	return out
+	return newChip(hw, kernelDev{}, fd), nil
 }
 
 // findChip picks the chip with the given label or, when no label is given or
@@ -118,143 +106,204 @@ func chipList(chips []hwChip) string {
 	return strings.Join(s, ", ")
 }
 
-// Chip is one GPIO chip. It implements drivers.GPIOChip.
+// Chip is one opened GPIO chip. It implements drivers.GPIOChip.
 type Chip struct {
-	hw hwChip
+	hw  hwChip
+	dev dev
+	fd  int // the chip's character device
 
 	mu    sync.Mutex
-	taken map[int]*Line
+	lines []*Line // requested, released by Close
 }
 
 var _ drivers.GPIOChip = (*Chip)(nil)
 
-func newChip(hw hwChip) *Chip { return &Chip{hw: hw, taken: map[int]*Line{}} }
+func newChip(hw hwChip, d dev, fd int) *Chip { return &Chip{hw: hw, dev: d, fd: fd} }
 
 // Describe names the chip ("gpio /dev/gpiochip0 (209c000.gpio)").
 func (c *Chip) Describe() string { return fmt.Sprintf("gpio %s (%s)", c.hw.path, c.hw.label) }
 
+// info asks the kernel about the line at offset: its name, flags and holder.
+func (c *Chip) info(offset int) (lineInfo, error) {
+	info := lineInfo{Offset: uint32(offset)}
+	if err := c.dev.ioctl(c.fd, ioctlLineInfo, unsafe.Pointer(&info)); err != nil {
+		return lineInfo{}, fmt.Errorf("line %d on %s: line info: %w", offset, c.hw.name, err)
+	}
+	return info, nil
+}
+
 // Line finds a line by name, or by offset when name is empty, and requests
-// it. An output is driven to cfg.Initial (its safe level) at once.
+// it. An output starts at cfg.Initial (its safe level): the value is part of
+// the request, so the line never shows another level on the way.
 func (c *Chip) Line(name string, offset int, cfg drivers.LineConfig) (drivers.GPIOLine, error) {
-	hw, err := c.find(name, offset)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fd < 0 {
+		return nil, fmt.Errorf("%s: closed", c.Describe())
+	}
+	offset, name, err := c.find(name, offset)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c.Describe(), err)
 	}
-	l := &Line{chip: c, hw: hw, cfg: cfg}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	// Checked before requesting: requesting reconfigures the line.
-	if c.taken[hw.Number()] != nil {
-		return nil, fmt.Errorf("%s: already in use", l.describe())
+	req, err := request(offset, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: line %d (%q): %w", c.Describe(), offset, name, err)
 	}
-	if err := l.request(); err != nil {
-		return nil, fmt.Errorf("%s: %w", l.describe(), err)
+	if err := c.dev.ioctl(c.fd, ioctlGetLine, unsafe.Pointer(&req)); err != nil {
+		return nil, fmt.Errorf("%s: %w", c.Describe(), c.requestError(offset, name, cfg, err))
 	}
-	c.taken[hw.Number()] = l
+	l := &Line{chip: c, offset: offset, name: name, fd: int(req.Fd), cfg: cfg}
+	c.lines = append(c.lines, l)
 	return l, nil
 }
 
-func (c *Chip) find(name string, offset int) (hwLine, error) {
-	if name != "" {
-		for _, l := range c.hw.lines {
-			if l.Name() == name {
-				return l, nil
-			}
+// find returns the offset and name of the line named name or, when name is
+// empty, at offset.
+func (c *Chip) find(name string, offset int) (int, string, error) {
+	if name == "" {
+		if offset < 0 || offset >= c.hw.lines {
+			return 0, "", fmt.Errorf("line offset %d: the chip has lines 0..%d", offset, c.hw.lines-1)
 		}
-		return nil, fmt.Errorf("%w: no line named %q", drivers.ErrUnreachable, name)
+		info, err := c.info(offset)
+		if err != nil {
+			return 0, "", err
+		}
+		return offset, cstring(info.Name[:]), nil
 	}
-	if offset < 0 || offset >= len(c.hw.lines) {
-		return nil, fmt.Errorf("line offset %d: the chip has lines 0..%d", offset, len(c.hw.lines)-1)
+	for off := range c.hw.lines {
+		info, err := c.info(off)
+		if err != nil {
+			return 0, "", err
+		}
+		if cstring(info.Name[:]) == name {
+			return off, name, nil
+		}
 	}
-	return c.hw.lines[offset], nil
+	return 0, "", fmt.Errorf("%w: no line named %q on %s", drivers.ErrUnreachable, name, c.hw.name)
 }
 
-// Close drives every output back to its safe level and releases the lines.
+// request builds the v2 line request for one line.
+func request(offset int, cfg drivers.LineConfig) (lineRequest, error) {
+	req := lineRequest{NumLines: 1}
+	req.Offsets[0] = uint32(offset)
+	copy(req.Consumer[:maxNameSize-1], consumer)
+	if cfg.ActiveLow {
+		req.Config.Flags |= flagActiveLow
+	}
+	switch cfg.Direction {
+	case manifest.DirInput:
+		req.Config.Flags |= flagInput
+		switch cfg.Bias {
+		case "", "as-is":
+		case "pull-up":
+			req.Config.Flags |= flagBiasPullUp
+		case "pull-down":
+			req.Config.Flags |= flagBiasPullDown
+		case "disable":
+			req.Config.Flags |= flagBiasDisabled
+		default:
+			return lineRequest{}, fmt.Errorf("bias %q: want as-is, pull-up, pull-down or disable", cfg.Bias)
+		}
+	case manifest.DirOutput:
+		if cfg.Bias != "" && cfg.Bias != "as-is" {
+			// The kernel would accept it, but a push-pull output drives the
+			// line itself: a pull resistor there only wastes current.
+			return lineRequest{}, fmt.Errorf("bias %q on an output: bias applies to inputs", cfg.Bias)
+		}
+		req.Config.Flags |= flagOutput
+		// The starting value rides in the request (logical: the kernel
+		// applies active-low), so the line is never driven to the other level.
+		req.Config.NumAttrs = 1
+		req.Config.Attrs[0] = lineConfigAttribute{Attr: lineAttribute{ID: attrIDOutputValues, Value: bit(cfg.Initial)}, Mask: 1}
+	default:
+		return lineRequest{}, fmt.Errorf("direction %q: want input or output", cfg.Direction)
+	}
+	return req, nil
+}
+
+func bit(level bool) uint64 {
+	if level {
+		return 1
+	}
+	return 0
+}
+
+// errNotSupported is the kernel's ENOTSUPP (524), which gpiolib returns when
+// the chip's driver cannot set the requested bias. It is internal to the
+// kernel, so Go's errno table has no text for it.
+const errNotSupported = 524
+
+// requestError explains a refused line request. A busy line names its
+// holder as the kernel reports it and wraps drivers.ErrUnreachable: another
+// driver or process has it, which may change while physmcpd runs.
+func (c *Chip) requestError(offset int, name string, cfg drivers.LineConfig, err error) error {
+	what := fmt.Sprintf("line %d (%q) on %s", offset, name, c.hw.name)
+	switch {
+	case errors.Is(err, syscall.EBUSY):
+		holder := "a consumer that gave no name"
+		if info, ierr := c.info(offset); ierr == nil && cstring(info.Consumer[:]) != "" {
+			holder = fmt.Sprintf("%q", cstring(info.Consumer[:]))
+		}
+		return fmt.Errorf("%w: %s is busy: held by %s", drivers.ErrUnreachable, what, holder)
+	case errors.Is(err, syscall.Errno(errNotSupported)):
+		return fmt.Errorf("%s: the chip cannot set bias %q (kernel: not supported)", what, cfg.Bias)
+	}
+	return fmt.Errorf("requesting %s: %w", what, err)
+}
+
+// Close drives every output back to its safe level and releases the lines
+// and the chip.
 func (c *Chip) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var errs []error
-	for off, l := range c.taken {
-		if l.cfg.Direction == manifest.DirOutput {
-			if err := l.hw.Out(l.physical(l.cfg.Initial)); err != nil {
-				errs = append(errs, fmt.Errorf("%s: returning to the safe level: %w", l.describe(), err))
-			}
-		}
-		l.hw.Close()
-		delete(c.taken, off)
+	if c.fd < 0 {
+		return nil
 	}
+	var errs []error
+	for _, l := range c.lines {
+		if err := l.release(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	c.lines = nil
+	if err := c.dev.close(c.fd); err != nil {
+		errs = append(errs, fmt.Errorf("%s: closing: %w", c.Describe(), err))
+	}
+	c.fd = -1
 	return errors.Join(errs...)
 }
 
 // Line is one requested line. It implements drivers.GPIOLine.
 type Line struct {
-	chip *Chip
-	hw   hwLine
-	cfg  drivers.LineConfig
+	chip   *Chip
+	offset int
+	name   string
+	cfg    drivers.LineConfig
 
-	mu    sync.Mutex
-	last  bool // logical level last written to an output
-	edges bool // input requested with edge detection
+	mu sync.Mutex
+	fd int // the line request; -1 once released
 }
 
 func (l *Line) describe() string {
-	name := l.hw.Name()
-	if name == "" {
-		name = "-"
-	}
-	return fmt.Sprintf("%s line %d (%s)", l.chip.Describe(), l.hw.Number(), name)
+	return fmt.Sprintf("%s line %d (%q)", l.chip.Describe(), l.offset, l.name)
 }
 
-func (l *Line) physical(level bool) pgpio.Level { return pgpio.Level(level != l.cfg.ActiveLow) }
-
-func pull(bias string) (pgpio.Pull, error) {
-	switch bias {
-	case "", "as-is":
-		return pgpio.PullNoChange, nil
-	case "pull-up":
-		return pgpio.PullUp, nil
-	case "pull-down":
-		return pgpio.PullDown, nil
-	case "disable":
-		// periph's gpioioctl sends no flag for Float, which leaves the bias as it was.
-		return 0, errors.New(`bias "disable" cannot be requested through periph's gpioioctl (it would leave the bias as-is); use as-is, pull-up or pull-down`)
-	}
-	return 0, fmt.Errorf("bias %q: want as-is, pull-up, pull-down", bias)
-}
-
-func (l *Line) request() error {
-	switch l.cfg.Direction {
-	case manifest.DirInput:
-		p, err := pull(l.cfg.Bias)
-		if err != nil {
-			return err
-		}
-		return l.hw.In(p, pgpio.NoEdge)
-	case manifest.DirOutput:
-		if l.cfg.Bias != "" && l.cfg.Bias != "as-is" {
-			// periph requests outputs without bias flags.
-			return fmt.Errorf("bias %q on an output cannot be requested through periph's gpioioctl", l.cfg.Bias)
-		}
-		// periph requests the line and makes it an output in two steps, and
-		// the kernel drives it low in between: a safe level that is physically
-		// high glitches low for microseconds (periph v3.8.5 has no initial value).
-		l.last = l.cfg.Initial
-		return l.hw.Out(l.physical(l.cfg.Initial))
-	}
-	return fmt.Errorf("direction %q: want input or output", l.cfg.Direction)
-}
-
-// Read returns an input's level, or the level last written to an output.
+// Read returns the line's logical level: an input's, or the level an
+// output drives (the v2 uAPI reads an output without changing its direction).
 func (l *Line) Read(ctx context.Context) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.cfg.Direction == manifest.DirOutput {
-		return l.last, nil
+	if l.fd < 0 {
+		return false, fmt.Errorf("%s: released", l.describe())
 	}
-	return bool(l.hw.Read()) != l.cfg.ActiveLow, nil
+	v := lineValues{Mask: 1}
+	if err := l.chip.dev.ioctl(l.fd, ioctlGetValues, unsafe.Pointer(&v)); err != nil {
+		return false, fmt.Errorf("%s: reading: %w", l.describe(), err)
+	}
+	return v.Bits&1 != 0, nil
 }
 
 // Write drives an output to the logical level, once. A failure is not in
@@ -269,39 +318,34 @@ func (l *Line) Write(ctx context.Context, level bool) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if err := l.hw.Out(l.physical(level)); err != nil {
+	if l.fd < 0 {
+		return fmt.Errorf("%s: released", l.describe())
+	}
+	if err := l.set(level); err != nil {
 		return fmt.Errorf("%s: writing %v: %w", l.describe(), level, err)
 	}
-	l.last = level
 	return nil
 }
 
-// edgeSlice bounds each wait, so a cancelled context is noticed even where
-// Halt cannot interrupt the wait.
-const edgeSlice = 100 * time.Millisecond
+func (l *Line) set(level bool) error {
+	v := lineValues{Bits: bit(level), Mask: 1}
+	return l.chip.dev.ioctl(l.fd, ioctlSetValues, unsafe.Pointer(&v))
+}
 
-// WaitForEdge waits for the input to change and returns its new logical
-// level. The first call turns on edge detection for the line (both edges).
-func (l *Line) WaitForEdge(ctx context.Context) (bool, error) {
-	if l.cfg.Direction != manifest.DirInput {
-		return false, fmt.Errorf("%s: edge events need an input", l.describe())
-	}
+// release returns an output to its safe level (the kernel keeps driving a
+// released line at its last level) and gives the line back.
+func (l *Line) release() error {
 	l.mu.Lock()
-	if !l.edges {
-		p, _ := pull(l.cfg.Bias) // checked when the line was requested
-		if err := l.hw.In(p, pgpio.BothEdges); err != nil {
-			l.mu.Unlock()
-			return false, fmt.Errorf("%s: enabling edge events: %w", l.describe(), err)
-		}
-		l.edges = true
-	}
-	l.mu.Unlock()
-	stop := context.AfterFunc(ctx, func() { _ = l.hw.Halt() })
-	defer stop()
-	for ctx.Err() == nil {
-		if l.hw.WaitForEdge(edgeSlice) {
-			return l.Read(ctx)
+	defer l.mu.Unlock()
+	var errs []error
+	if l.cfg.Direction == manifest.DirOutput {
+		if err := l.set(l.cfg.Initial); err != nil {
+			errs = append(errs, fmt.Errorf("%s: returning to the safe level: %w", l.describe(), err))
 		}
 	}
-	return false, ctx.Err()
+	if err := l.chip.dev.close(l.fd); err != nil {
+		errs = append(errs, fmt.Errorf("%s: releasing: %w", l.describe(), err))
+	}
+	l.fd = -1
+	return errors.Join(errs...)
 }
