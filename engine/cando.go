@@ -12,7 +12,7 @@ import (
 	"github.com/physmcp/physmcpd/promcp"
 )
 
-// Confidence formula (documented in docs/can_do.md). For each capability:
+// Confidence formula (documented in docs/engine.md, "can_do"). For each capability:
 //
 //	s_tags   = |I ∩ V| / |I|  where I is the intent's tags and V the
 //	           capability's semantic_tags plus the words of its name
@@ -23,18 +23,26 @@ import (
 //	s_target = 1 when the target is the capability or tool name, else the share
 //	           of the target's words found in the name
 //	s_loc    = 1 when the location names the device's zone, area or
-//	           description (or a word of them), else 0
+//	           description (or a word of them)
 //
-//	confidence = (0.5·s_tags + 0.2·s_action + 0.2·s_target + 0.1·s_loc) / W
+//	base       = (0.5·s_tags + 0.2·s_action + 0.2·s_target + 0.1·s_loc) / W
+//	confidence = base · f_target · f_loc
 //
 // where W sums the weights of the parts the intent gives (tags always; action,
-// target and location only when present). A capability matches when s_tags > 0
-// or s_target > 0 and the action fits.
+// target and location only when present); f_target = 0.5 + 0.5·s_target when
+// a target is given (a target naming something else halves the confidence,
+// below the 0.7 at which a caller acts without asking), else 1; f_loc = 0.6
+// when a location is given and the device declares none (it cannot be
+// confirmed), else 1. A location the device declares and does not match rules
+// the whole device out: the report is unroutable (no_producer). A capability
+// matches when s_tags > 0 or s_target > 0 and the action fits.
 const (
 	weightTags     = 0.5
 	weightAction   = 0.2
 	weightTarget   = 0.2
 	weightLocation = 0.1
+	// unknownLocation is f_loc for a device that declares no location.
+	unknownLocation = 0.6
 )
 
 // Validity horizons for can_do answers (proMCP valid_until guidance).
@@ -121,26 +129,45 @@ func (e *Engine) match(pt *point, in promcp.Intent) (match, bool) {
 		}
 		score += weightTarget * sTarget
 		weight += weightTarget
+		if sTarget == 0 {
+			m.reasons = append(m.reasons, fmt.Sprintf("target %q names something else", in.Target))
+		}
 	}
 	if sTags == 0 && sTarget == 0 {
 		return match{}, false
 	}
+	factor := 1.0
+	if in.Target != "" {
+		factor *= 0.5 + 0.5*sTarget
+	}
 	if in.Location != "" {
-		if e.locationMatches(in.Location) {
+		weight += weightLocation
+		if e.m.Device.Location == nil {
+			factor *= unknownLocation
+			m.reasons = append(m.reasons, fmt.Sprintf("the device declares no location, so location %q cannot be confirmed", in.Location))
+		} else {
+			// CanDo has ruled out a device elsewhere.
 			score += weightLocation
 			m.reasons = append(m.reasons, fmt.Sprintf("location %q matches the device", in.Location))
 		}
-		weight += weightLocation
 	}
-	m.confidence = math.Round(score/weight*100) / 100
+	m.confidence = math.Round(score/weight*factor*100) / 100
 	return m, true
+}
+
+// elsewhere says why the device cannot serve an intent for another location
+// ("" when it can, or declares no location).
+func (e *Engine) elsewhere(loc string) string {
+	l := e.m.Device.Location
+	if loc == "" || l == nil || e.locationMatches(loc) {
+		return ""
+	}
+	where := strings.Join(slices.DeleteFunc([]string{l.Zone, l.Area, l.Description}, func(s string) bool { return s == "" }), ", ")
+	return fmt.Sprintf("%s is in %s, not in location %q", e.deviceID(), where, loc)
 }
 
 func (e *Engine) locationMatches(loc string) bool {
 	l := e.m.Device.Location
-	if l == nil {
-		return false
-	}
 	want := strings.ToLower(strings.TrimSpace(loc))
 	for _, field := range []string{l.Zone, l.Area, l.Description} {
 		f := strings.ToLower(field)
@@ -183,6 +210,10 @@ func (e *Engine) CanDo(ctx context.Context, caller Caller, req promcp.CanDoReque
 	in.Action = strings.ToLower(strings.TrimSpace(in.Action))
 	if problem := malformed(in); problem != "" {
 		rep.Unroutable = append(rep.Unroutable, promcp.Unroutable{Outcome: promcp.OutcomeUnroutable, Reason: promcp.MalformedRequest, Detail: problem})
+		return e.sealReport(rep, start), nil
+	}
+	if why := e.elsewhere(in.Location); why != "" {
+		rep.Unroutable = append(rep.Unroutable, promcp.Unroutable{Outcome: promcp.OutcomeUnroutable, Reason: promcp.NoProducer, Detail: why})
 		return e.sealReport(rep, start), nil
 	}
 
@@ -349,7 +380,8 @@ func (e *Engine) candidate(ctx context.Context, pt *point, m match, d decision, 
 	} else if e.cached(pt) != nil {
 		est = 0
 	}
-	cand.EstimatedLatencyMs = math.Round(float64(est)/float64(time.Millisecond)*100) / 100
+	// proMCP's reference schema has whole milliseconds; an estimate rounds up.
+	cand.EstimatedLatencyMs = int64(math.Ceil(float64(est) / float64(time.Millisecond)))
 	return cand
 }
 
@@ -454,7 +486,7 @@ func (e *Engine) sealReport(rep promcp.CapabilityReport, start time.Time) promcp
 	}
 	rep.Metadata = promcp.ReportMetadata{
 		Timestamp:      promcp.Time(e.now()),
-		TotalLatencyMs: math.Round(float64(time.Since(start))/float64(time.Millisecond)*1000) / 1000,
+		TotalLatencyMs: time.Since(start).Round(time.Millisecond).Milliseconds(),
 		DeviceID:       e.deviceID(),
 		PromcpBase:     promcp.BaseVersion,
 	}

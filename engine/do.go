@@ -337,9 +337,11 @@ func (e *Engine) response(pt *point, key string) promcp.DoResponse {
 	}
 }
 
-// refuse is a failed response for a call that wrote nothing.
+// refuse is a failed response for a call that wrote nothing: it has no side
+// effects (an in-doubt answer, which may have acted, keeps the declared ones).
 func (e *Engine) refuse(pt *point, key string, perm promcp.Permission, reason string) promcp.DoResponse {
 	resp := e.response(pt, key)
+	resp.SideEffects = []string{}
 	resp.Permission = perm
 	resp.Reason = reason
 	return resp

@@ -74,6 +74,9 @@ func TestInDoubtAnswerKeepsThePreviousValueAndIsChargedToTheCooldown(t *testing.
 	if resp.Status != promcp.StatusFailed || resp.PreviousValue != 40.0 || !strings.Contains(resp.Reason, "outcome is unknown") {
 		t.Fatalf("in-doubt answer = %+v", resp)
 	}
+	if len(resp.SideEffects) != 1 {
+		t.Fatalf("an in-doubt write may have acted, yet lists side effects %v", resp.SideEffects)
+	}
 	// A new key 0.3 s later is inside the 10 s cooldown the lost write started.
 	r.clock.Advance(300 * time.Millisecond)
 	if resp := r.do(t, operator, "do_boiler_setpoint", 60.0, "B"); resp.Permission != promcp.CooldownActive {
@@ -143,6 +146,9 @@ func TestDeviceRefusalIsItsOwnOutcome(t *testing.T) {
 	resp := r.do(t, operator, "do_boiler_setpoint", 55.0, "A")
 	if resp.Permission != promcp.DeviceRejected || resp.PreviousValue != 40.0 || !strings.Contains(resp.Reason, "illegal data value") {
 		t.Fatalf("refused write = %+v", resp)
+	}
+	if len(resp.SideEffects) != 0 {
+		t.Fatalf("a write that changed nothing lists side effects %v", resp.SideEffects)
 	}
 	rep := r.canDo(t, operator, promcp.Intent{SemanticTags: []string{"boiler"}, Action: "set", Value: 55.0})
 	if p, _ := permissionFor(rep, "do_boiler_setpoint"); p != promcp.DeviceRejected {

@@ -150,7 +150,7 @@ func CanDoOutputSchema() Schema {
 		}, "min", "max", "unit", "enum_values"),
 		"side_effects":         stringArray("What else changes when this acts."),
 		"valid_until":          timestampSchema("Do not act on this candidate after this instant; call can_do again."),
-		"estimated_latency_ms": Schema{"type": "number", "minimum": 0},
+		"estimated_latency_ms": Schema{"type": "integer", "minimum": 0},
 		"device_id":            Schema{"type": "string"},
 		"match_reasons":        stringArray("Why the capability matched."),
 	}, "capability", "source", "confidence", "permission", "current_state", "constraints", "side_effects", "valid_until", "estimated_latency_ms")
@@ -183,7 +183,7 @@ func CanDoOutputSchema() Schema {
 		}, "related_reads", "current_observations"),
 		"metadata": object(Schema{
 			"timestamp":        timestampSchema("When the report was made."),
-			"total_latency_ms": Schema{"type": "number", "minimum": 0},
+			"total_latency_ms": Schema{"type": "integer", "minimum": 0},
 			"device_id":        Schema{"type": "string"},
 			"promcp_base":      Schema{"type": "string"},
 		}, "timestamp", "total_latency_ms"),

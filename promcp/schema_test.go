@@ -220,7 +220,7 @@ func TestCanDoOutputSchema(t *testing.T) {
 			Reason: "cooldown", ClearsAt: ts, Confidence: 0.4}},
 		Unroutable: []Unroutable{},
 		Context:    ReportContext{RelatedReads: []string{"read_heater_setpoint"}, CurrentObservations: map[string]any{"read_heater_setpoint": 18.0}},
-		Metadata:   ReportMetadata{Timestamp: ts, TotalLatencyMs: 1.5, DeviceID: "heater_hall_01", PromcpBase: BaseVersion},
+		Metadata:   ReportMetadata{Timestamp: ts, TotalLatencyMs: 2, DeviceID: "heater_hall_01", PromcpBase: BaseVersion},
 	}
 	good, err := json.Marshal(report)
 	if err != nil {

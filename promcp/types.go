@@ -154,7 +154,7 @@ type Candidate struct {
 	Constraints        Constraints  `json:"constraints"`
 	SideEffects        []string     `json:"side_effects"`
 	ValidUntil         string       `json:"valid_until"`
-	EstimatedLatencyMs float64      `json:"estimated_latency_ms"`
+	EstimatedLatencyMs int64        `json:"estimated_latency_ms"`
 	// Extensions (PhysMCP).
 	DeviceID     string   `json:"device_id,omitempty"`
 	MatchReasons []string `json:"match_reasons,omitempty"`
@@ -200,8 +200,8 @@ type ReportContext struct {
 
 // ReportMetadata describes the report itself.
 type ReportMetadata struct {
-	Timestamp      string  `json:"timestamp"`
-	TotalLatencyMs float64 `json:"total_latency_ms"`
+	Timestamp      string `json:"timestamp"`
+	TotalLatencyMs int64  `json:"total_latency_ms"`
 	// Extensions.
 	DeviceID   string `json:"device_id,omitempty"`
 	PromcpBase string `json:"promcp_base,omitempty"`
