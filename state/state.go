@@ -17,16 +17,22 @@
 //
 // Every Save and RecordWrite returns only after its transaction is committed
 // and fsync'd: the engine writes to the device only after the intent is durable.
+//
+// A store that lost records must not be mistaken for a new one: the engine
+// would then act twice on a repeated idempotency key and ignore cooldowns.
+// So Open reads every page and runs bbolt's consistency check before use,
+// and a random store id, kept both inside state.db and in state.id beside it,
+// tells a new directory from one whose state.db was truncated, deleted or
+// replaced (integrity.go). Check and Reset are the operator's way out
+// (recover.go).
 package state
 
 import (
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -54,9 +60,11 @@ type Store struct {
 	saves int // guarded by bbolt's single writer
 }
 
-// Open opens (or creates) the store in dir, creating dir (0700) if needed,
-// and prunes records older than engine.KeyRetention. now is the clock (nil:
-// time.Now).
+// Open opens the store in dir, creating dir (0700) and a new store when the
+// directory has none, verifies it (see inspect), and prunes records older
+// than engine.KeyRetention. A store that may have lost records is refused
+// with a *BrokenError and never replaced by an empty one. now is the clock
+// (nil: time.Now).
 func Open(dir string, now func() time.Time, log *slog.Logger) (*Store, error) {
 	if now == nil {
 		now = time.Now
@@ -67,25 +75,31 @@ func Open(dir string, now func() time.Time, log *slog.Logger) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
-	path := filepath.Join(dir, FileName)
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockWaitLimit})
+	p := pathsIn(dir)
+	in, err := inspect(p, false)
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
-			return nil, fmt.Errorf("open %s: another physmcpd holds it (locked for more than %s)", path, lockWaitLimit)
-		}
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, err
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketKeys, bucketByTime, bucketWrites} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
+	if in.db == nil {
+		id, err := p.create(nil)
+		if err != nil {
+			return nil, err
 		}
-		return nil
-	})
-	if err != nil {
+		log.Info("new state store created", "file", p.db, "store", id)
+		if in, err = inspect(p, false); err != nil {
+			return nil, err
+		}
+	}
+	db := in.db
+	if in.recorded == "" {
+		if err := p.adopt(in, log); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	if err := db.Update(initBuckets); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("initialise %s: %w", path, err)
+		return nil, fmt.Errorf("initialise %s: %w", p.db, err)
 	}
 	s := &Store{db: db, now: now, log: log}
 	if n, err := s.Prune(); err != nil {
@@ -132,19 +146,7 @@ func (s *Store) Save(key string, r engine.Record) error {
 		return fmt.Errorf("encode the record: %w", err)
 	}
 	err = s.db.Update(func(tx *bolt.Tx) error {
-		keys, byTime := tx.Bucket(bucketKeys), tx.Bucket(bucketByTime)
-		if old := keys.Get([]byte(key)); old != nil {
-			var prev engine.Record
-			if json.Unmarshal(old, &prev) == nil {
-				if err := byTime.Delete(timeKey(prev.At, key)); err != nil {
-					return err
-				}
-			}
-		}
-		if err := keys.Put([]byte(key), v); err != nil {
-			return err
-		}
-		if err := byTime.Put(timeKey(r.At, key), nil); err != nil {
+		if err := put(tx, key, v, r.At); err != nil {
 			return err
 		}
 		if s.saves++; s.saves%pruneEvery == 0 {
@@ -157,6 +159,24 @@ func (s *Store) Save(key string, r engine.Record) error {
 		return fmt.Errorf("save idempotency record: %w", err)
 	}
 	return nil
+}
+
+// put stores the encoded record v, dated at, under key, and moves the key
+// in the time index.
+func put(tx *bolt.Tx, key string, v []byte, at time.Time) error {
+	keys, byTime := tx.Bucket(bucketKeys), tx.Bucket(bucketByTime)
+	if old := keys.Get([]byte(key)); old != nil {
+		var prev engine.Record
+		if json.Unmarshal(old, &prev) == nil {
+			if err := byTime.Delete(timeKey(prev.At, key)); err != nil {
+				return err
+			}
+		}
+	}
+	if err := keys.Put([]byte(key), v); err != nil {
+		return err
+	}
+	return byTime.Put(timeKey(at, key), nil)
 }
 
 // InDoubt lists the records whose write outcome is unknown (engine.InDoubtLister).

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -52,6 +55,7 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		p, pd = policy.Load(*policyPath, m)
 		diags = append(diags, pd...)
 	}
+	diags = append(diags, identityFileDiags(p)...)
 	if diags.HasErrors() {
 		fmt.Fprint(stderr, diags.String())
 		if m == nil && *policyPath != "" {
@@ -156,4 +160,69 @@ func profileNotes(stdout, stderr io.Writer, name string, m *manifest.Manifest) i
 		fmt.Fprintf(stdout, "%s: note: the %s profile serves no do_ tools; %s will not be exposed\n", m.File, prof.Name, tool)
 	}
 	return 0
+}
+
+// identityFileDiags reports every identity file the policy names that
+// serve could not read, at the line naming it: a missing key otherwise shows
+// only when serve builds its HTTP access, after the safe state is applied.
+// Relative paths are relative to the policy file, as auth reads them.
+func identityFileDiags(p *policy.Policy) strictyaml.Diags {
+	var diags strictyaml.Diags
+	if p == nil || p.Identity == nil {
+		return nil
+	}
+	for i, pr := range p.Identity.Providers {
+		for _, f := range []struct{ key, path string }{{"key_file", pr.KeyFile}, {"ca_cert_path", pr.CACertPath}} {
+			if f.path == "" {
+				continue
+			}
+			path := f.path
+			if !filepath.IsAbs(path) {
+				path = filepath.Join(filepath.Dir(p.File), path)
+			}
+			if err := readableFile(path); err != nil {
+				diags.Errorf(pr.At.Of(f.key), "identity.providers[%d].%s: %v; put the file there or correct the path "+
+					"(a relative path is relative to the policy file; see docs/security.md)", i, f.key, err)
+			}
+		}
+	}
+	return diags
+}
+
+// serveFilesReadable prints every identity file serve needs and cannot
+// read, from the policy and from its flags, so that serve stops before it
+// opens a bus.
+func serveFilesReadable(p *policy.Policy, f accessFlags, stderr io.Writer) bool {
+	diags := identityFileDiags(p)
+	printDiags(stderr, diags)
+	ok := !diags.HasErrors()
+	for _, flagFile := range []struct{ name, path string }{{"--override-key", f.overrideKey}, {"--tls-cert", f.tlsCert}, {"--tls-key", f.tlsKey}} {
+		if flagFile.path == "" {
+			continue
+		}
+		if err := readableFile(flagFile.path); err != nil {
+			fmt.Fprintf(stderr, "physmcpd serve: %s: %v\n", flagFile.name, err)
+			ok = false
+		}
+	}
+	return ok
+}
+
+// readableFile says why path cannot serve as a key or certificate file.
+func readableFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("cannot read %s: %w", path, errors.Unwrap(err))
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	switch {
+	case err != nil:
+		return fmt.Errorf("cannot read %s: %w", path, err)
+	case info.IsDir():
+		return fmt.Errorf("%s is a directory, not a key or certificate file", path)
+	case info.Size() == 0:
+		return fmt.Errorf("%s is empty", path)
+	}
+	return nil
 }

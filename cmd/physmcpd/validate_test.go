@@ -74,3 +74,38 @@ func TestValidateExitCodes(t *testing.T) {
 		})
 	}
 }
+
+// TestValidateIdentityFiles: every identity file the policy names and serve
+// could not read is an error at the line naming it.
+func TestValidateIdentityFiles(t *testing.T) {
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "keys"), 0o700)
+	os.WriteFile(filepath.Join(dir, "empty.pem"), nil, 0o600)
+	os.WriteFile(filepath.Join(dir, "ca.pem"), []byte("-----BEGIN CERTIFICATE-----\n"), 0o600)
+	policy := filepath.Join(dir, "p.yml")
+	os.WriteFile(policy, []byte(`physmcp_policy_version: "0.1"
+identity:
+  providers:
+    - {type: jwt, issuer: a, audience: b, key_file: missing.pem}
+    - {type: jwt, issuer: a, audience: b, key_file: keys}
+    - {type: jwt, issuer: a, audience: b, key_file: empty.pem}
+    - {type: mtls, ca_cert_path: /nonexistent/ca.pem}
+    - {type: mtls, ca_cert_path: ca.pem}
+`), 0o600)
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"validate", "--manifest", "../../examples/physmcp.manifest.yml", "--policy", policy}, &stdout, &stderr)
+	want := []string{
+		policy + ":4:53: identity.providers[0].key_file: cannot read " + filepath.Join(dir, "missing.pem") + ": no such file or directory; put the file there or correct the path",
+		policy + ":5:53: identity.providers[1].key_file: " + filepath.Join(dir, "keys") + " is a directory",
+		policy + ":6:53: identity.providers[2].key_file: " + filepath.Join(dir, "empty.pem") + " is empty",
+		policy + ":7:34: identity.providers[3].ca_cert_path: cannot read /nonexistent/ca.pem",
+	}
+	for _, w := range want {
+		if !strings.Contains(stderr.String(), w) {
+			t.Errorf("stderr lacks %q", w)
+		}
+	}
+	if code != 1 || strings.Count(stderr.String(), "; put the file there") != len(want) {
+		t.Errorf("exit %d, want 1 and exactly %d file errors; stderr:\n%s", code, len(want), stderr.String())
+	}
+}
