@@ -363,6 +363,15 @@ func (k *i2cBindingKeys) check(d *strictyaml.Decoder, path string, c *Capability
 			b.Mask = *k.Mask
 		}
 	}
+	if chk.ok() {
+		// The codec reads the field as (register & mask) >> shift, so a mask
+		// that is not one run starting at bit shift would drop or keep stray bits.
+		if n := b.fieldBits(); b.Mask != 0 && b.Mask != (1<<n-1)<<b.Shift {
+			bad("mask", "mask %#x is not one contiguous run of bits starting at bit %d: the mask selects the field in the register as read, before shift moves it down (e.g. mask 0x0ff0 with shift 4)", b.Mask, b.Shift)
+		} else if b.Signed && n < 2 {
+			bad("signed", "a signed field needs at least 2 bits; this one has %d", n)
+		}
+	}
 	if k.Scale != nil {
 		if *k.Scale == 0 {
 			bad("scale", "scale must not be 0")

@@ -203,6 +203,9 @@ func TestShortFormsNormalise(t *testing.T) {
 	}
 }
 
+// speedRange is do_pump_speed's binding scale, type and range in the pump-skid example.
+const speedRange = "      scale: 0.1\n    data_type: float\n    unit: \"%\"\n    range: {min: 0, max: 100}"
+
 // Each error class, with the line and column it must be reported at.
 var manifestEdits = []edit{
 	// Decoding.
@@ -251,6 +254,7 @@ var manifestEdits = []edit{
 	{name: "enum without values", base: pumpSkid, old: "    enum_values: [\"off\", manual, auto, fault]\n", new: "", at: "enum\n", msg: "needs enum_values"},
 	{name: "enum duplicate value", base: pumpSkid, old: "[\"off\", manual, auto, fault]", new: "[\"off\", manual, \"off\"]", at: "[\"off", msg: "unique"},
 	{name: "safe value outside range", base: greenhouse, old: "safe_value: 12", new: "safe_value: 40", at: "40", msg: "outside the range 5..35"},
+	{name: "safe value not a number", base: pumpSkid, old: "    requires_permission: operator\n    safe_value: 0\n", new: "    requires_permission: operator\n    safe_value: .nan\n", at: ".nan", msg: "must be a finite number, got NaN"},
 	{name: "safe value wrong type", base: greenhouse, old: "safe_value: false", new: "safe_value: 0", at: "0\n", msg: "must be true or false"},
 	{name: "safe value vs safe level", base: greenhouse, old: "      safe_level: low", new: "      safe_level: high", at: "false\n", msg: "disagrees with the binding's safe_level high"},
 	// Buses.
@@ -308,6 +312,19 @@ var manifestEdits = []edit{
 	{name: "modbus scale zero", base: greenhouse, old: "scale: 0.01", new: "scale: 0", at: "0\n", msg: "scale must not be 0"},
 	{name: "modbus past the end", base: greenhouse, old: "      address: 10\n", new: "      address: 65535\n", at: "65535", msg: "runs past the last address"},
 	{name: "modbus bad byte order", base: greenhouse, old: "      byte_order: big\n      word_order: big\n      scale", new: "      byte_order: middle\n      word_order: big\n      scale", at: "middle", msg: "must be big or little"},
+	// What the binding can carry (Encoding).
+	{name: "do range above the register", base: pumpSkid, old: speedRange, new: strings.Replace(speedRange, "max: 100", "max: 7000", 1), at: "7000", msg: "max 7000 is above what the binding can carry (uint16 × 0.1 holds 0..6553.5)"},
+	{name: "do range below the register", base: pumpSkid, old: speedRange, new: strings.Replace(speedRange, "min: 0", "min: -5", 1), at: "-5", msg: "min -5 is below what the binding can carry (uint16 × 0.1 holds 0..6553.5)"},
+	{name: "read range wider than the register", base: pumpSkid, old: "      scale: 0.01\n    data_type: float\n    unit: \"%\"\n    range: {min: 0, max: 100}", new: "      scale: 0.01\n    data_type: float\n    unit: \"%\"\n    range: {min: 0, max: 400}", at: "400", msg: "max 400 is above what the binding can carry (int16 × 0.01 holds -327.68..327.67)", warning: true},
+	{name: "do range bound between steps", base: pumpSkid, old: speedRange, new: strings.Replace(speedRange, "max: 100", "max: 99.95", 1), at: "99.95", msg: "the greatest value that can be written is 99.9", warning: true},
+	{name: "do range between two steps", base: pumpSkid, old: speedRange, new: "      scale: 10\n    data_type: float\n    unit: \"%\"\n    range: {min: 1, max: 9}", at: "{min: 1", msg: "the binding holds no value in 1..9 (uint16 × 10 holds 0..655350 in steps of 10)"},
+	{name: "safe value between steps", base: pumpSkid, old: "    requires_permission: operator\n    safe_value: 0\n", new: "    requires_permission: operator\n    safe_value: 0.05\n", at: "0.05", msg: "0.05 is not a value the binding holds (uint16 × 0.1 holds 0..6553.5 in steps of 0.1); it is written as 0.1", warning: true},
+	{name: "int on a fractional scale", base: pumpSkid, old: "      scale: 0.1\n    data_type: float", new: "      scale: 0.1\n    data_type: int", at: "0.1\n    data_type: int", msg: "scale 0.1 makes readings that are not whole numbers"},
+	{name: "int on a fractional scale, short form", base: pumpSkid, old: "scale=0.1\"\n    data_type: float", new: "scale=0.1\"\n    data_type: int", at: "scale=^0.1", msg: "data_type int would round them"},
+	{name: "int on a fractional offset", base: pumpSkid, old: "      scale: 0.1\n    data_type: float", new: "      offset: 0.5\n    data_type: int", at: "0.5", msg: "offset 0.5 makes readings that are not whole numbers"},
+	{name: "i2c mask not a run from shift", base: greenhouse, old: ":shift=4:", new: ":shift=4:mask=0xff:", at: "mask=^0xff", msg: "not one contiguous run of bits starting at bit 4"},
+	{name: "i2c signed field of one bit", base: greenhouse, old: ":shift=4:", new: ":shift=15:", at: "signed=^true", msg: "a signed field needs at least 2 bits; this one has 1"},
+	{name: "enum beyond the i2c field", base: greenhouse, old: "audit:", new: "  - name: window_mode\n    kind: read\n    description: The window controller's mode.\n    binding: {bus: i2c1, address: \"0x20:reg=0x01:mask=0x03\"}\n    data_type: enum\n    enum_values: [closed, vent, half, open, storm]\n    semantic_tags: [window]\naudit:", at: "[closed", msg: "5 enum values need indexes up to 4, but the binding (unsigned 2-bit I2C field holds 0..3) does not hold them"},
 	// Simulation.
 	{name: "follows unknown", base: pumpSkid, old: "follows: pump_run", new: "follows: pump_rum", at: "pump_rum", msg: `no do capability named "pump_rum" (did you mean "pump_run"?)`},
 	{name: "simulation initial type", base: greenhouse, old: "      initial: true", new: "      initial: 1", at: "1\n", msg: "must be true or false"},

@@ -273,6 +273,7 @@ func (v *validator) capabilities() {
 			}
 		}
 		v.binding(path, c)
+		v.encoding(path, c)
 		v.simulation(path, c, doNames)
 		v.interlocks(path, c)
 		if g := c.Binding.GPIO; g != nil {
@@ -471,6 +472,9 @@ func (c *Capability) checkValue(x any) string {
 		if !ok {
 			return fmt.Sprintf("must be a number, got %v", x)
 		}
+		if math.IsNaN(f) || math.IsInf(f, 0) { // NaN compares false with any bound
+			return fmt.Sprintf("must be a finite number, got %v", x)
+		}
 		if c.DataType == TypeInt && f != math.Trunc(f) {
 			return fmt.Sprintf("must be a whole number, got %v", x)
 		}
@@ -534,6 +538,71 @@ func (v *validator) binding(path string, c *Capability) {
 		if safe, ok := c.SafeValue.(bool); ok && (safe != g.ActiveLow) != *g.SafeLevel {
 			v.errorf(c.At.Of("safe_value"), path+".safe_value", "safe_value %v disagrees with the binding's safe_level %s (active_low %v)", safe, level(*g.SafeLevel), g.ActiveLow)
 		}
+	}
+}
+
+// encoding checks the capability against what its binding can carry
+// (Encoding). A do range is the write limit, so a bound the binding cannot
+// hold is an error (a value inside the range would be refused by the codec); a
+// bound between two values it holds is a warning naming the effective bound.
+// A read range is only a plausibility limit: one wider than the binding is a
+// warning, as it usually means a wrong signed, scale or offset.
+func (v *validator) encoding(path string, c *Capability) {
+	enc, ok := c.encoding()
+	if !ok {
+		return
+	}
+	if c.DataType == TypeEnum && enc.Step > 0 && float64(len(c.EnumValues)-1) > enc.Max {
+		v.errorf(c.At.Of("enum_values"), path+".enum_values", "%d enum values need indexes up to %d, but the binding (%s) does not hold them", len(c.EnumValues), len(c.EnumValues)-1, enc)
+	}
+	if !c.IsNumeric() {
+		return
+	}
+	b := &c.Binding
+	if c.DataType == TypeInt && enc.Step > 0 {
+		key, x := "scale", enc.scaleF
+		if x == math.Trunc(x) {
+			key, x = "offset", enc.offsetF
+		}
+		if x != math.Trunc(x) {
+			v.errorf(b.At.Of(key), path+".binding."+key, "%s %g makes readings that are not whole numbers (%s in steps of %g), and data_type int would round them; use data_type float (with precision), or a whole-number scale and offset", key, x, enc, enc.Step)
+		}
+	}
+	if x, isNum := number(c.SafeValue); isNum && c.Kind == KindDo && enc.Step > 0 {
+		if q, fits := enc.Quantize(x); fits && q != x {
+			v.warnf(c.At.Of("safe_value"), path+".safe_value", "%g is not a value the binding holds (%s in steps of %g); it is written as %g", x, enc, enc.Step, q)
+		}
+	}
+	r := c.Range
+	if r == nil {
+		return
+	}
+	report := v.warnf
+	if c.Kind == KindDo {
+		report = v.errorf
+	}
+	beyond := false
+	if r.Min != nil && *r.Min < enc.Min {
+		report(r.At.Of("min"), path+".range.min", "min %g is below what the binding can carry (%s)", *r.Min, enc)
+		beyond = true
+	}
+	if r.Max != nil && *r.Max > enc.Max {
+		report(r.At.Of("max"), path+".range.max", "max %g is above what the binding can carry (%s)", *r.Max, enc)
+		beyond = true
+	}
+	if beyond || c.Kind != KindDo || enc.Step == 0 || r.Min == nil || r.Max == nil || *r.Min > *r.Max {
+		return
+	}
+	lo, hi, some := enc.Within(*r.Min, *r.Max)
+	if !some {
+		v.errorf(c.At.Of("range"), path+".range", "the binding holds no value in %s (%s in steps of %g), so nothing could be written", r, enc, enc.Step)
+		return
+	}
+	if lo != *r.Min {
+		v.warnf(r.At.Of("min"), path+".range.min", "min %g is not a value the binding holds (%s in steps of %g); the least value that can be written is %g", *r.Min, enc, enc.Step, lo)
+	}
+	if hi != *r.Max {
+		v.warnf(r.At.Of("max"), path+".range.max", "max %g is not a value the binding holds (%s in steps of %g); the greatest value that can be written is %g", *r.Max, enc, enc.Step, hi)
 	}
 }
 

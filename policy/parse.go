@@ -320,8 +320,10 @@ func (v *validator) rangeGuard(path string, g *RangeGuard, c *manifest.Capabilit
 		v.errorf(g.At.Self, path, "a range_guard needs min, max or both")
 		return
 	}
+	bad := false
 	if g.Min != nil && g.Max != nil && *g.Min > *g.Max {
 		v.errorf(g.At.Of("min"), path+".min", "min %g is greater than max %g", *g.Min, *g.Max)
+		bad = true
 	}
 	r := c.Range
 	if r == nil || r.Min == nil || r.Max == nil {
@@ -329,9 +331,44 @@ func (v *validator) rangeGuard(path string, g *RangeGuard, c *manifest.Capabilit
 	}
 	if g.Min != nil && (*g.Min < *r.Min || *g.Min > *r.Max) {
 		v.errorf(g.At.Of("min"), path+".min", "min %g is wider than the manifest range %s of %s (a guard can only narrow it)", *g.Min, r, c.ToolName())
+		bad = true
 	}
 	if g.Max != nil && (*g.Max > *r.Max || *g.Max < *r.Min) {
 		v.errorf(g.At.Of("max"), path+".max", "max %g is wider than the manifest range %s of %s (a guard can only narrow it)", *g.Max, r, c.ToolName())
+		bad = true
+	}
+	if !bad {
+		v.guardSteps(path, g, c)
+	}
+}
+
+// guardSteps checks a guard against the values the binding holds. The guard
+// lies inside the manifest range, which the manifest's validation holds to
+// what the binding can carry, so no bound is beyond the binding; but one can
+// fall between two values it holds, and as writes are quantised before they
+// are checked, the bound that acts is the value inside.
+func (v *validator) guardSteps(path string, g *RangeGuard, c *manifest.Capability) {
+	enc, ok := c.Encoding()
+	if !ok || enc.Step == 0 {
+		return
+	}
+	lo, hi := *c.Range.Min, *c.Range.Max
+	if g.Min != nil {
+		lo = *g.Min
+	}
+	if g.Max != nil {
+		hi = *g.Max
+	}
+	qlo, qhi, some := enc.Within(lo, hi)
+	if !some {
+		v.errorf(g.At.Self, path, "%s holds no value in %g..%g (%s in steps of %g), so the guard lets nothing through", c.ToolName(), lo, hi, enc, enc.Step)
+		return
+	}
+	if g.Min != nil && qlo != *g.Min {
+		v.warnf(g.At.Of("min"), path+".min", "min %g is not a value %s can write (%s in steps of %g); the least value the guard lets through is %g", *g.Min, c.ToolName(), enc, enc.Step, qlo)
+	}
+	if g.Max != nil && qhi != *g.Max {
+		v.warnf(g.At.Of("max"), path+".max", "max %g is not a value %s can write (%s in steps of %g); the greatest value the guard lets through is %g", *g.Max, c.ToolName(), enc, enc.Step, qhi)
 	}
 }
 

@@ -194,10 +194,13 @@ var policyEdits = []edit{
 	{name: "quorum min peers", base: greenhouse, old: "      - type: rate\n", new: "      - type: quorum\n        min_peers: 0\n      - type: rate\n", at: "0\n", msg: "at least 1"},
 	{name: "quorum on failure", base: greenhouse, old: "      - type: rate\n", new: "      - type: quorum\n        min_peers: 2\n        on_failure: shrug\n      - type: rate\n", at: "shrug", msg: "deny or allow_local"},
 	{name: "approval timeout", base: pumpSkid, old: "timeout_s: 300", new: "timeout_s: 0", at: "0\n", msg: "at least 1 second"},
+	{name: "range guard between two steps", base: pumpSkid, old: "        min: 20\n        max: 90\n", new: "        min: 20.01\n        max: 20.09\n", at: "type: range_guard", msg: "do_pump_speed holds no value in 20.01..20.09 (uint16 × 0.1 holds 0..6553.5 in steps of 0.1), so the guard lets nothing through"},
 	// Warnings.
 	{name: "unused window", base: pumpSkid, old: "deny_during: [night_shift, sunday_maintenance]", new: "deny_during: [night_shift]", at: "sunday_maintenance:\n", msg: "no rule uses this time window", warning: true},
 	{name: "role below the manifest minimum", base: greenhouse, old: "[operator, supervisor, admin]", new: "[none, operator]", at: "[none", msg: "role none is below the manifest's requires_permission operator", warning: true},
 	{name: "jwt without key_file", base: greenhouse, old: "  providers:\n", new: "  providers:\n    - type: jwt\n      issuer: https://id.example\n      audience: physmcpd\n", at: "type: jwt", msg: "needs key_file"},
+	{name: "range guard max between steps", base: pumpSkid, old: "        max: 90\n", new: "        max: 89.95\n", at: "89.95", msg: "the greatest value the guard lets through is 89.9", warning: true},
+	{name: "range guard min between steps", base: pumpSkid, old: "        min: 20\n", new: "        min: 19.99\n", at: "19.99", msg: "min 19.99 is not a value do_pump_speed can write (uint16 × 0.1 holds 0..6553.5 in steps of 0.1); the least value the guard lets through is 20", warning: true},
 	{name: "empty rules", base: greenhouse, old: "  do_vent_fan:\n    rules:\n      - type: permission\n        require: [operator, supervisor, admin]\n", new: "  do_vent_fan:\n    rules: []\n", at: "[]", msg: "no rules", warning: true},
 }
 
