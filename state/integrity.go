@@ -135,7 +135,7 @@ func openVerified(p paths, readOnly bool) (*bolt.DB, error) {
 		return nil, p.broken(p.db, "is not a readable bbolt database (%v): it was truncated, overwritten or corrupted", err)
 	}
 	if err := guard(func() error { return db.View(verify) }); err != nil {
-		closeAfterPanic(db)
+		closeGuarded(db)
 		return nil, p.broken(p.db, "is corrupted (%v)", err)
 	}
 	return db, nil
@@ -154,9 +154,9 @@ func guard(f func() error) (err error) {
 	return f()
 }
 
-// closeAfterPanic releases the file lock of a database whose pages made
-// bbolt panic; closing may panic as well, and the lock is all that matters.
-func closeAfterPanic(db *bolt.DB) {
+// closeGuarded closes a database whose pages may be corrupted: closing may
+// panic as well, and releasing the file lock is all that matters then.
+func closeGuarded(db *bolt.DB) {
 	_ = guard(db.Close)
 }
 

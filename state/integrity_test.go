@@ -205,6 +205,15 @@ func TestCorruptedPageIsRefused(t *testing.T) {
 			}
 			pointAt(t, db, uint64(mapped/int64(size))-1)
 		}},
+		{"the freelist page garbled", "is not a readable bbolt database (bbolt: ", func(t *testing.T, db string) {
+			data, err := os.ReadFile(db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, size := pageOf(t, db, "fp-000500-")
+			freelist := int64(binary.LittleEndian.Uint64(currentMeta(data, size)[32:])) * int64(size)
+			overwrite(t, db, freelist, bytes.Repeat([]byte{0xa5}, size))
+		}},
 		{"both meta pages garbled", "is not a readable bbolt database", func(t *testing.T, db string) {
 			overwrite(t, db, 0, bytes.Repeat([]byte{0xff}, 8192))
 		}},

@@ -150,7 +150,7 @@ func salvage(path string) salvaged {
 	if s.lost != nil {
 		return s
 	}
-	defer closeAfterPanic(db)
+	defer closeGuarded(db)
 	s.lost = errors.Join(salvageBucket(db, bucketKeys, s.keys), salvageBucket(db, bucketWrites, s.writes))
 	return s
 }
