@@ -67,7 +67,7 @@ func stateCheck(dir string, stdout, stderr io.Writer) int {
 		id = "no id yet"
 	}
 	fmt.Fprintf(stdout, "ok: %s (store %s): %d idempotency records, %d write histories, %d bytes; every page read and checked in %s\n",
-		rep.File, id, rep.Records, rep.Histories, rep.Bytes, rep.Took.Round(time.Millisecond))
+		rep.File, id, rep.Records, rep.Histories, rep.Bytes, rep.Took.Round(10*time.Microsecond))
 	for _, n := range rep.Notes {
 		fmt.Fprintf(stdout, "note: %s\n", n)
 	}
