@@ -344,8 +344,8 @@ func TestCancelledWriteIsNeverSent(t *testing.T) {
 	waitQueued(t, b, 1)
 	cancel()
 	err := <-errc
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled write = %v", err)
+	if !errors.Is(err, context.Canceled) || errors.Is(err, drivers.ErrInDoubt) {
+		t.Fatalf("cancelled write = %v, want cancelled and not in doubt", err)
 	}
 	close(d.gate)
 	if _, err := b.ReadRegisters(context.Background(), 1, manifest.TableHolding, 0, 1); err != nil {

@@ -1,0 +1,357 @@
+// Package modbusfault is a Modbus device for tests that misbehaves on demand:
+// a TCP server on a loopback port (StartTCP) and an RTU server on a
+// pseudo-terminal (StartRTU). It keeps the four tables in memory, answers
+// FC1-6, 15 and 16, and applies faults chosen per function and address or
+// for the next N requests: it can apply a write and then lose, delay, garble
+// or refuse the reply, or drop the connection. It counts every request it
+// receives and every write it applies, so a test can tell how many frames a
+// client sent and how many writes took effect.
+package modbusfault
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Mode is what the device does with a request a fault matches.
+type Mode int
+
+const (
+	// Normal: apply and answer (what happens without a fault).
+	Normal Mode = iota
+	// ApplyDrop: apply, then close the connection without answering.
+	// On RTU there is no connection: the device stays silent.
+	ApplyDrop
+	// ApplyNoReply: apply and never answer; the connection stays open and
+	// later requests are served.
+	ApplyNoReply
+	// ApplyFIN: apply, then shut down the sending side (FIN) without
+	// answering, still reading what the client sends. RTU: silent.
+	ApplyFIN
+	// ApplyRST: apply, then reset the connection (SO_LINGER 0). RTU: silent.
+	ApplyRST
+	// Hang: neither apply nor answer. On TCP the connection hears nothing
+	// more until the client closes it.
+	Hang
+	// Delay: apply, answer after Fault.Delay.
+	Delay
+	// Exception: do not apply; answer with exception Fault.Code.
+	Exception
+	// Garble: apply, then answer with a corrupt frame: a bad CRC on RTU, a
+	// non-zero protocol id on TCP.
+	Garble
+	// Mismatch: apply, then answer as if the request had had another
+	// function code (FC5 and FC6, FC15 and FC16, FC1 and FC2, FC3 and FC4
+	// swapped): a well-formed reply that does not match the request.
+	Mismatch
+)
+
+var modeNames = [...]string{"normal", "apply-drop", "apply-no-reply", "apply-fin", "apply-rst", "hang", "delay",
+	"exception", "garble", "mismatch"}
+
+func (m Mode) String() string {
+	if m < 0 || int(m) >= len(modeNames) {
+		return fmt.Sprintf("Mode(%d)", int(m))
+	}
+	return modeNames[m]
+}
+
+// Applies reports whether the device applies a write it handles in mode m.
+func (m Mode) Applies() bool { return m != Hang && m != Exception }
+
+// Request is a decoded request, as faults see it.
+type Request struct {
+	Unit     uint8
+	Function uint8
+	Address  uint16
+	// Count is the number of registers or bits (1 for FC5 and FC6).
+	Count uint16
+}
+
+// At matches requests with function code fc starting at addr.
+func At(fc uint8, addr uint16) func(Request) bool {
+	return func(r Request) bool { return r.Function == fc && r.Address == addr }
+}
+
+// OnFunction matches requests with function code fc.
+func OnFunction(fc uint8) func(Request) bool {
+	return func(r Request) bool { return r.Function == fc }
+}
+
+// Fault is a misbehaviour to inject.
+type Fault struct {
+	Mode Mode
+	// Match picks the requests the fault applies to; nil matches all.
+	Match func(Request) bool
+	// Times is how many matching requests it affects; 0 means all of them.
+	Times int
+	// Delay is how long Delay mode holds the reply.
+	Delay time.Duration
+	// Code is the exception code for Exception mode (0 means 4, server
+	// device failure).
+	Code uint8
+}
+
+// Table is one of the four Modbus tables.
+type Table int
+
+const (
+	Coils Table = iota
+	DiscreteInputs
+	InputRegisters
+	HoldingRegisters
+)
+
+type cell struct {
+	t    Table
+	addr uint16
+}
+
+// Device is the state both servers share: the tables, the faults and the
+// counts. Its methods are safe for concurrent use.
+type Device struct {
+	mu       sync.Mutex
+	values   map[cell]uint16 // bits are 0 or 1; absent cells read 0
+	writes   map[cell]int    // applied writes per address
+	requests map[uint8]int   // requests received per function code
+	faults   []*Fault
+	done     chan struct{} // closed when the server closes; ends delays
+}
+
+func newDevice() *Device {
+	return &Device{values: map[cell]uint16{}, writes: map[cell]int{}, requests: map[uint8]int{}, done: make(chan struct{})}
+}
+
+// Inject adds a fault. A request takes the first injected fault that matches
+// it and has uses left.
+func (d *Device) Inject(f Fault) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.faults = append(d.faults, &f)
+}
+
+// Clear removes every fault.
+func (d *Device) Clear() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.faults = nil
+}
+
+// Set stores a value (for coils and discrete inputs, non-zero is on).
+func (d *Device) Set(t Table, addr, v uint16) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if t == Coils || t == DiscreteInputs {
+		v = min(v, 1)
+	}
+	d.values[cell{t, addr}] = v
+}
+
+// Value returns a stored value (1 or 0 for bits).
+func (d *Device) Value(t Table, addr uint16) uint16 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.values[cell{t, addr}]
+}
+
+// Writes is how many applied writes covered addr of t (coils or holding
+// registers).
+func (d *Device) Writes(t Table, addr uint16) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.writes[cell{t, addr}]
+}
+
+// Requests is how many requests with function code fc arrived intact (an RTU
+// frame with a bad CRC is dropped uncounted), whatever became of them; fc 0
+// counts every function.
+func (d *Device) Requests(fc uint8) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if fc != 0 {
+		return d.requests[fc]
+	}
+	n := 0
+	for _, c := range d.requests {
+		n += c
+	}
+	return n
+}
+
+// wait sleeps for dt; false means the server closed meanwhile.
+func (d *Device) wait(dt time.Duration) bool {
+	t := time.NewTimer(dt)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-d.done:
+		return false
+	}
+}
+
+// outcome is what the transport does about one request: send pdu (nil: no
+// reply) after waiting delay, or act out mode.
+type outcome struct {
+	mode  Mode
+	pdu   []byte
+	delay time.Duration
+}
+
+// handle decodes a request PDU, picks its fault, applies it and builds the
+// reply PDU.
+func (d *Device) handle(unit uint8, pdu []byte) outcome {
+	r, payload, code := decode(unit, pdu)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.requests[r.Function]++
+	if code != 0 {
+		return outcome{mode: Normal, pdu: []byte{r.Function | 0x80, code}}
+	}
+	f := d.take(r)
+	switch f.Mode {
+	case Hang:
+		return outcome{mode: Hang}
+	case Exception:
+		return outcome{mode: Exception, pdu: []byte{r.Function | 0x80, f.Code}}
+	}
+	reply := d.apply(r, payload)
+	if f.Mode == Mismatch {
+		reply[0] = swapped[reply[0]]
+	}
+	return outcome{mode: f.Mode, pdu: reply, delay: f.Delay}
+}
+
+// swapped pairs function codes whose replies have the same layout.
+var swapped = map[uint8]uint8{1: 2, 2: 1, 3: 4, 4: 3, 5: 6, 6: 5, 15: 16, 16: 15}
+
+// take returns the fault for r, using it up, or a Normal one.
+func (d *Device) take(r Request) Fault {
+	for i, f := range d.faults {
+		if f.Match != nil && !f.Match(r) {
+			continue
+		}
+		out := *f
+		if f.Times > 0 {
+			if f.Times--; f.Times == 0 {
+				d.faults = append(d.faults[:i], d.faults[i+1:]...)
+			}
+		}
+		if out.Mode == Exception && out.Code == 0 {
+			out.Code = 4
+		}
+		return out
+	}
+	return Fault{Mode: Normal}
+}
+
+// decode parses a request PDU. code is the exception it earns when it is
+// malformed (1: unknown function, 3: bad count or length, 2: past 65535).
+func decode(unit uint8, pdu []byte) (r Request, payload []byte, code uint8) {
+	if len(pdu) == 0 {
+		return r, nil, 1
+	}
+	r = Request{Unit: unit, Function: pdu[0]}
+	if len(pdu) < 5 {
+		return r, nil, 3
+	}
+	r.Address = binary.BigEndian.Uint16(pdu[1:])
+	n := binary.BigEndian.Uint16(pdu[3:])
+	switch r.Function {
+	case 1, 2:
+		r.Count = n
+		if n == 0 || n > 2000 || len(pdu) != 5 {
+			return r, nil, 3
+		}
+	case 3, 4:
+		r.Count = n
+		if n == 0 || n > 125 || len(pdu) != 5 {
+			return r, nil, 3
+		}
+	case 5:
+		r.Count = 1
+		if (n != 0 && n != 0xFF00) || len(pdu) != 5 {
+			return r, nil, 3
+		}
+		return r, pdu[3:5], 0
+	case 6:
+		r.Count = 1
+		if len(pdu) != 5 {
+			return r, nil, 3
+		}
+		return r, pdu[3:5], 0
+	case 15, 16:
+		r.Count = n
+		size, limit := (int(n)+7)/8, 1968
+		if r.Function == 16 {
+			size, limit = 2*int(n), 123
+		}
+		if n == 0 || int(n) > limit || len(pdu) != 6+size || int(pdu[5]) != size {
+			return r, nil, 3
+		}
+		payload = pdu[6:]
+	default:
+		return r, nil, 1
+	}
+	if int(r.Address)+int(r.Count) > 0x10000 {
+		return r, nil, 2
+	}
+	return r, payload, 0
+}
+
+// apply performs a decoded request on the tables and returns its reply PDU.
+// The caller holds d.mu.
+func (d *Device) apply(r Request, payload []byte) []byte {
+	fc := r.Function
+	switch fc {
+	case 1, 2:
+		t := Coils
+		if fc == 2 {
+			t = DiscreteInputs
+		}
+		out := []byte{fc, byte((r.Count + 7) / 8)}
+		out = append(out, make([]byte, (r.Count+7)/8)...)
+		for i := range r.Count {
+			if d.values[cell{t, r.Address + i}] != 0 {
+				out[2+i/8] |= 1 << (i % 8)
+			}
+		}
+		return out
+	case 3, 4:
+		t := HoldingRegisters
+		if fc == 4 {
+			t = InputRegisters
+		}
+		out := []byte{fc, byte(2 * r.Count)}
+		for i := range r.Count {
+			out = binary.BigEndian.AppendUint16(out, d.values[cell{t, r.Address + i}])
+		}
+		return out
+	case 5:
+		d.store(Coils, r.Address, min(binary.BigEndian.Uint16(payload), 1))
+	case 6:
+		d.store(HoldingRegisters, r.Address, binary.BigEndian.Uint16(payload))
+	case 15:
+		for i := range r.Count {
+			d.store(Coils, r.Address+i, uint16(payload[i/8]>>(i%8)&1))
+		}
+	case 16:
+		for i := range r.Count {
+			d.store(HoldingRegisters, r.Address+i, binary.BigEndian.Uint16(payload[2*i:]))
+		}
+	}
+	// Writes echo the address and the value (FC5, FC6) or the count.
+	out := []byte{fc}
+	out = binary.BigEndian.AppendUint16(out, r.Address)
+	if fc == 5 || fc == 6 {
+		return append(out, payload...)
+	}
+	return binary.BigEndian.AppendUint16(out, r.Count)
+}
+
+func (d *Device) store(t Table, addr, v uint16) {
+	d.values[cell{t, addr}] = v
+	d.writes[cell{t, addr}]++
+}

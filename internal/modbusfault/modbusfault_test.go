@@ -1,0 +1,94 @@
+package modbusfault
+
+import (
+	"encoding/hex"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+func TestCRC(t *testing.T) {
+	// The specification's example: read 10 holding registers from unit 1.
+	req, _ := hex.DecodeString("01030000000a")
+	if got := crc(req); got != 0xCDC5 { // sent C5 CD
+		t.Fatalf("crc = %#04x, want 0xcdc5", got)
+	}
+}
+
+func TestFaultsAreUsedUpInOrder(t *testing.T) {
+	d := newDevice()
+	d.Inject(Fault{Mode: Exception, Match: At(6, 10), Times: 2})
+	d.Inject(Fault{Mode: ApplyNoReply, Times: 1})
+	write := []byte{6, 0, 10, 0, 7}
+	var modes []Mode
+	for range 4 {
+		modes = append(modes, d.handle(1, write).mode)
+	}
+	want := []Mode{Exception, Exception, ApplyNoReply, Normal}
+	for i := range want {
+		if modes[i] != want[i] {
+			t.Fatalf("modes %v, want %v", modes, want)
+		}
+	}
+	// The no-reply and the normal request applied; the exceptions did not.
+	if d.Writes(HoldingRegisters, 10) != 2 || d.Value(HoldingRegisters, 10) != 7 || d.Requests(6) != 4 {
+		t.Fatalf("writes %d, value %d, requests %d", d.Writes(HoldingRegisters, 10), d.Value(HoldingRegisters, 10), d.Requests(6))
+	}
+	if o := d.handle(1, []byte{3, 0, 10, 0, 1}); string(o.pdu) != string([]byte{3, 2, 0, 7}) {
+		t.Fatalf("read back % x", o.pdu)
+	}
+}
+
+func TestMalformedRequests(t *testing.T) {
+	d := newDevice()
+	for _, c := range []struct {
+		pdu  []byte
+		code byte
+	}{
+		{[]byte{0x2b, 0, 0, 0, 1}, 1},           // unknown function
+		{[]byte{3, 0, 0, 0, 126}, 3},            // too many registers
+		{[]byte{5, 0, 0, 0x12, 0x34}, 3},        // coil value neither 0 nor FF00
+		{[]byte{16, 0, 0, 0, 2, 4, 0, 1}, 3},    // short payload
+		{[]byte{3, 0xFF, 0xFF, 0, 2}, 2},        // runs past 65535
+		{[]byte{15, 0, 0, 0, 9, 2, 0xFF, 1}, 0}, // nine coils in two bytes
+	} {
+		o := d.handle(1, c.pdu)
+		if c.code == 0 {
+			if o.pdu[0] != c.pdu[0] {
+				t.Errorf("% x: reply % x, want success", c.pdu, o.pdu)
+			}
+			continue
+		}
+		if len(o.pdu) != 2 || o.pdu[0] != c.pdu[0]|0x80 || o.pdu[1] != c.code {
+			t.Errorf("% x: reply % x, want exception %d", c.pdu, o.pdu, c.code)
+		}
+	}
+	if d.Value(Coils, 8) != 1 || d.Value(Coils, 7) != 1 || d.Writes(Coils, 8) != 1 {
+		t.Errorf("FC15 stored coil 7 %d, coil 8 %d", d.Value(Coils, 7), d.Value(Coils, 8))
+	}
+}
+
+// TestTCPRST checks the RST is real: the client's read fails with a reset,
+// not an orderly EOF.
+func TestTCPRST(t *testing.T) {
+	s := StartTCP(t)
+	s.Inject(Fault{Mode: ApplyRST})
+	c, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// FC6 to holding register 1, value 5, unit 1, transaction 7.
+	if _, err := c.Write([]byte{0, 7, 0, 0, 0, 6, 1, 6, 0, 1, 0, 5}); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = c.Read(make([]byte, 12))
+	if err == nil || err == io.EOF {
+		t.Fatalf("read after the fault = %v, want connection reset", err)
+	}
+	if s.Writes(HoldingRegisters, 1) != 1 || s.Value(HoldingRegisters, 1) != 5 {
+		t.Fatal("the write was not applied before the reset")
+	}
+}
