@@ -223,10 +223,10 @@ func (e *Engine) quantise(pt *point, d *decision) {
 	lo, hi := e.writeBounds(pt)
 	got, _ := drivers.AsFloat(q)
 	if got < lo || got > hi {
-		inside, ok := e.inward(pt, q, got > hi)
-		if f, _ := drivers.AsFloat(inside); !ok || f < lo || f > hi {
-			*d = deny(promcp.OutOfRange, "value %v would be written as %v, outside [%v, %v]%s, and the register holds no value inside it near %v",
-				d.value, q, lo, hi, unitSuffix(pt.c), d.value)
+		inside, ok := e.nearestInside(pt, q, lo, hi, got > hi)
+		if !ok {
+			*d = deny(promcp.OutOfRange, "value %v would be written as %v, outside [%v, %v]%s, and the binding holds no value inside it",
+				d.value, q, lo, hi, unitSuffix(pt.c))
 			return
 		}
 		d.warnings = append(d.warnings, fmt.Sprintf("value %v cannot be held exactly (it would be written as %v, outside [%v, %v]%s); %v, the nearest value inside, is written instead",
@@ -240,24 +240,24 @@ func (e *Engine) quantise(pt *point, d *decision) {
 	d.value = q
 }
 
-// inward is the value next to q on the encoding's grid, downwards when down
-// is set: one scale step for integer registers, the adjacent float for
-// float32 and float64 ones.
-func (e *Engine) inward(pt *point, q any, down bool) (any, bool) {
-	f, _ := drivers.AsFloat(q)
-	dir := 1.0
-	if down {
-		dir = -1
+// nearestInside is the greatest (below set) or least value the binding holds
+// within lo..hi, as the codec will write it.
+func (e *Engine) nearestInside(pt *point, like any, lo, hi float64, below bool) (any, bool) {
+	enc, ok := pt.c.Encoding()
+	if !ok {
+		return nil, false
 	}
-	next := f + dir*encodingStep(pt.c)
-	if step := encodingStep(pt.c); step == 0 {
-		next = math.Nextafter(f, f+dir)
-		if b := pt.c.Binding.Modbus; b != nil && b.DataType == manifest.MBFloat32 {
-			next = float64(math.Nextafter32(float32(f), float32(f+dir)))
-		}
+	least, greatest, ok := enc.Within(lo, hi)
+	if !ok {
+		return nil, false
 	}
-	v, err := pt.drv.Quantise(sameKind(q, next))
-	return v, err == nil
+	pick := least
+	if below {
+		pick = greatest
+	}
+	v, err := pt.drv.Quantise(sameKind(like, pick))
+	f, _ := drivers.AsFloat(v)
+	return v, err == nil && f >= lo && f <= hi
 }
 
 func fmtBound(b *float64, none string) string {

@@ -379,23 +379,8 @@ func sameValue(pt *point, got, want any) bool {
 	if p := pt.c.Precision; p != nil {
 		tol = max(tol, 0.5*math.Pow10(-*p))
 	}
-	if s := encodingStep(pt.c); s > 0 {
-		tol = max(tol, s/2)
+	if enc, ok := pt.c.Encoding(); ok {
+		tol = max(tol, enc.Step/2)
 	}
 	return math.Abs(g-w) <= tol
-}
-
-// encodingStep is the smallest change the binding can represent (its scale).
-func encodingStep(c *manifest.Capability) float64 {
-	switch b := c.Binding; {
-	case b.Modbus != nil:
-		switch b.Modbus.DataType {
-		case manifest.MBFloat32, manifest.MBFloat64:
-			return 0
-		}
-		return math.Abs(b.Modbus.Scale)
-	case b.I2C != nil:
-		return math.Abs(b.I2C.Scale)
-	}
-	return 0
 }

@@ -6,6 +6,8 @@ import (
 	"math/big"
 	"math/bits"
 	"strconv"
+
+	"github.com/physmcp/physmcpd/internal/exact"
 )
 
 // Encoding is what a numeric capability's binding can carry, in engineering
@@ -74,7 +76,7 @@ func (c *Capability) encoding() (enc Encoding, ok bool) {
 		scale = 1
 	}
 	enc.scaleF, enc.offsetF = scale, offset
-	enc.scale, enc.offset = decimal(scale), decimal(offset)
+	enc.scale, enc.offset = exact.Decimal(scale), exact.Decimal(offset)
 	if enc.lo == nil {
 		// the largest finite raw float; beyond it a write would be ±Inf
 		limit := new(big.Rat).SetFloat64(math.MaxFloat64)
@@ -119,7 +121,7 @@ func (e Encoding) value(raw *big.Rat) *big.Rat {
 
 // raw is (v − offset) / scale, exactly, on the shortest decimal form of v.
 func (e Encoding) raw(v float64) *big.Rat {
-	r := new(big.Rat).Sub(decimal(v), e.offset)
+	r := new(big.Rat).Sub(exact.Decimal(v), e.offset)
 	return r.Quo(r, e.scale)
 }
 
@@ -147,7 +149,7 @@ func (e Encoding) Quantize(v float64) (q float64, ok bool) {
 		}
 		return v, true
 	}
-	k := roundHalfAway(r)
+	k := exact.RoundHalfAway(r)
 	if k.Cmp(e.lo) < 0 || k.Cmp(e.hi) > 0 {
 		return 0, false
 	}
@@ -173,7 +175,7 @@ func (e Encoding) Within(lo, hi float64) (least, greatest float64, ok bool) {
 	if a.Cmp(b) > 0 { // a negative scale turns the interval round
 		a, b = b, a
 	}
-	ka, kb := ceil(a), floor(b)
+	ka, kb := exact.Ceil(a), exact.Floor(b)
 	if ka.Cmp(kb) > 0 {
 		return 0, 0, false
 	}
@@ -223,37 +225,4 @@ func finite(a, b *big.Rat, upper bool) float64 {
 	}
 	f, _ := a.Float64()
 	return math.Max(-math.MaxFloat64, math.Min(f, math.MaxFloat64))
-}
-
-// decimal is the exact value of the shortest decimal that identifies f, as
-// the codec reads numbers and scales (0.1 is 1/10, not 0.1000000000000000055…).
-func decimal(f float64) *big.Rat {
-	r, _ := new(big.Rat).SetString(strconv.FormatFloat(f, 'g', -1, 64)) // finite floats always parse
-	return r
-}
-
-// roundHalfAway rounds r to the nearest integer, ties away from zero, as the codec does.
-func roundHalfAway(r *big.Rat) *big.Int {
-	q, rem := new(big.Int).QuoRem(new(big.Int).Abs(r.Num()), r.Denom(), new(big.Int))
-	if rem.Lsh(rem, 1).Cmp(r.Denom()) >= 0 {
-		q.Add(q, big.NewInt(1))
-	}
-	if r.Sign() < 0 {
-		q.Neg(q)
-	}
-	return q
-}
-
-// floor rounds r down; Euclidean division is flooring for the positive denominator of a Rat.
-func floor(r *big.Rat) *big.Int {
-	q, _ := new(big.Int).DivMod(r.Num(), r.Denom(), new(big.Int))
-	return q
-}
-
-func ceil(r *big.Rat) *big.Int {
-	q := floor(r)
-	if !r.IsInt() {
-		q.Add(q, big.NewInt(1))
-	}
-	return q
 }

@@ -59,6 +59,7 @@ import (
 	"math/big"
 	"strconv"
 
+	"github.com/physmcp/physmcpd/internal/exact"
 	"github.com/physmcp/physmcpd/manifest"
 )
 
@@ -81,7 +82,7 @@ func newLinear(scale, offset float64) (linear, error) {
 		return linear{}, fmt.Errorf("scale %v and offset %v must be finite numbers", scale, offset)
 	}
 	l := linear{scale: scale, offset: offset, identity: scale == 1 && offset == 0}
-	s, o := decimalRat(scale), decimalRat(offset)
+	s, o := exact.Decimal(scale), exact.Decimal(offset)
 	d := new(big.Int).Set(s.Denom())
 	od := o.Denom()
 	// lcm of two powers-of-2-and-5 denominators
@@ -118,17 +119,8 @@ func (l *linear) invert(v *big.Rat) *big.Rat {
 	if l.identity {
 		return v
 	}
-	r := new(big.Rat).Sub(v, decimalRat(l.offset))
-	return r.Quo(r, decimalRat(l.scale))
-}
-
-// decimalRat is the exact value of the shortest decimal that identifies f.
-func decimalRat(f float64) *big.Rat {
-	r, ok := new(big.Rat).SetString(strconv.FormatFloat(f, 'g', -1, 64))
-	if !ok {
-		panic("codec: unparsable float " + strconv.FormatFloat(f, 'g', -1, 64)) // finite floats always parse
-	}
-	return r
+	r := new(big.Rat).Sub(v, exact.Decimal(l.offset))
+	return r.Quo(r, exact.Decimal(l.scale))
 }
 
 // intType is an integer register layout: a Modbus integer type, a bit or an I2C field.
@@ -177,19 +169,6 @@ func (t intType) pattern(x *big.Int, shown string) (uint64, error) {
 func signExtend(u uint64, bits uint) int64 {
 	s := 64 - bits
 	return int64(u<<s) >> s
-}
-
-// roundHalfAway rounds r to the nearest integer, ties away from zero.
-func roundHalfAway(r *big.Rat) *big.Int {
-	num := new(big.Int).Abs(r.Num())
-	q, rem := new(big.Int).QuoRem(num, r.Denom(), new(big.Int))
-	if rem.Lsh(rem, 1).Cmp(r.Denom()) >= 0 {
-		q.Add(q, big.NewInt(1))
-	}
-	if r.Sign() < 0 {
-		q.Neg(q)
-	}
-	return q
 }
 
 // value maps a scaled number to the capability's data type.
@@ -330,7 +309,7 @@ func (v *value) encodeInt(x any, t intType) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	i := roundHalfAway(r)
+	i := exact.RoundHalfAway(r)
 	shown := fmt.Sprint(x)
 	if !v.lin.identity {
 		shown = fmt.Sprintf("%v (raw %s)", x, i)
@@ -345,7 +324,7 @@ func number(x any) (*big.Rat, error) {
 		if math.IsNaN(n) || math.IsInf(n, 0) {
 			return nil, fmt.Errorf("value %v is not a finite number", n)
 		}
-		return decimalRat(n), nil
+		return exact.Decimal(n), nil
 	case float32:
 		if math.IsNaN(float64(n)) || math.IsInf(float64(n), 0) {
 			return nil, fmt.Errorf("value %v is not a finite number", n)
