@@ -33,15 +33,18 @@ var retryCounts = []int{0, 1, 3}
 var tally struct {
 	sync.Mutex
 	calls, frames, applied, twice, inDoubt, exceptions, ok int // writes
+	idle, idleFrames, idleApplied, idleOK                  int // writes after an idle close
 	reads, readFrames, readsOK                             int
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if tally.calls+tally.reads > 0 {
+	if tally.calls+tally.idle+tally.reads > 0 {
 		fmt.Printf("modbusfault: %d write calls (fault modes x retries 0,1,3 x TCP/RTU x FC5,6,15,16): "+
 			"%d frames on the wire, %d applied, %d applied twice, %d in doubt, %d exceptions, %d ok\n",
 			tally.calls, tally.frames, tally.applied, tally.twice, tally.inDoubt, tally.exceptions, tally.ok)
+		fmt.Printf("modbusfault: %d writes after the device closed the idle connection (FIN, RST): "+
+			"%d frames on the wire, %d applied, %d ok\n", tally.idle, tally.idleFrames, tally.idleApplied, tally.idleOK)
 		fmt.Printf("modbusfault: %d reads under the same faults: %d frames on the wire, %d succeeded\n",
 			tally.reads, tally.readFrames, tally.readsOK)
 	}
@@ -50,9 +53,10 @@ func TestMain(m *testing.M) {
 
 // faultBus is a bus on a fault-injecting device.
 type faultBus struct {
-	dev *modbusfault.Device
-	tcp *modbusfault.TCP // nil for RTU
-	bus *Bus
+	dev  *modbusfault.Device
+	tcp  *modbusfault.TCP // nil for RTU
+	stop func()           // closes the device's server
+	bus  *Bus
 }
 
 func newFaultBus(t *testing.T, transport string, retries int) faultBus {
@@ -64,10 +68,10 @@ func newFaultBus(t *testing.T, transport string, retries int) faultBus {
 	var fb faultBus
 	if transport == "tcp" {
 		fb.tcp = modbusfault.StartTCP(t)
-		fb.dev, fb.bus = fb.tcp.Device, newTCPBus(fb.tcp.Addr(), set)
+		fb.dev, fb.stop, fb.bus = fb.tcp.Device, fb.tcp.Close, newTCPBus(fb.tcp.Addr(), set)
 	} else {
 		srv := modbusfault.StartRTU(t)
-		fb.dev = srv.Device
+		fb.dev, fb.stop = srv.Device, srv.Close
 		fb.bus, err = newRTUBus(&manifest.ModbusRTUBus{Port: srv.Path(), Baud: 115200, Parity: "none", StopBits: 1}, set)
 		if err != nil {
 			t.Fatal(err)
@@ -262,6 +266,12 @@ func TestFaultIdleCloseIsNoDoubt(t *testing.T) {
 					err := op.do(context.Background(), fb.bus)
 					frames, applied := fb.dev.Requests(op.fc), fb.dev.Writes(op.table, faultAddr)
 					t.Logf("FC%d: %d frame(s), applied %d time(s), err: %v", op.fc, frames, applied, err)
+					tally.Lock()
+					tally.idle++
+					tally.idleFrames += frames
+					tally.idleApplied += applied
+					tally.idleOK += count(err == nil)
+					tally.Unlock()
 					if err != nil || frames != 1 || applied != 1 {
 						t.Errorf("FC%d after an idle close: err = %v, %d frames, applied %d; want no error, 1, 1", op.fc, err, frames, applied)
 					}
@@ -277,33 +287,12 @@ func TestFaultUnsentWriteIsNoDoubt(t *testing.T) {
 	for _, transport := range []string{"tcp", "rtu"} {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
-			set, _ := newSettings(int(faultTimeout/time.Millisecond), 3, 0)
-			var b *Bus
-			if transport == "tcp" {
-				srv := modbusfault.StartTCP(t)
-				b = newTCPBus(srv.Addr(), set)
-				defer b.Close()
-				if _, err := b.ReadRegisters(context.Background(), 1, manifest.TableHolding, 0, 1); err != nil {
-					t.Fatal(err)
-				}
-				srv.Close()
-			} else {
-				srv := modbusfault.StartRTU(t)
-				var err error
-				b, err = newRTUBus(&manifest.ModbusRTUBus{Port: srv.Path(), Baud: 115200, Parity: "none", StopBits: 1}, set)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer b.Close()
-				if _, err := b.ReadRegisters(context.Background(), 1, manifest.TableHolding, 0, 1); err != nil {
-					t.Fatal(err)
-				}
-				srv.Close()
-			}
+			fb := newFaultBus(t, transport, 3)
+			fb.stop()
 			// TCP: the closed connection is noticed, the reconnect refused.
 			// RTU: the hung-up port fails before the frame is written. One
 			// write only: a reopened /dev/pts/N may be another test's pty.
-			err := b.WriteRegisters(context.Background(), 1, faultAddr, []uint16{1})
+			err := fb.bus.WriteRegisters(context.Background(), 1, faultAddr, []uint16{1})
 			t.Logf("write with the device gone: %v", err)
 			if !errors.Is(err, drivers.ErrUnreachable) || errors.Is(err, drivers.ErrInDoubt) {
 				t.Fatalf("err = %v, want unreachable and not in doubt", err)

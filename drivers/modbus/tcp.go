@@ -86,9 +86,9 @@ func (t *tcpTransport) Send(adu []byte) ([]byte, error) {
 	reused := t.conn != nil
 	resp, err := t.try(adu)
 	if reused && t.mayResend && errors.Is(err, errStale) {
-		// The peer closed between the check and the request: one fresh
-		// connection is a reconnect, not a retry. Reads only: a write may
-		// have been applied before the close.
+		// For a read, one fresh connection after the peer closed this one
+		// is a reconnect, not a retry. Never for a write: the peer may have
+		// applied it before closing.
 		resp, err = t.try(adu)
 	}
 	return resp, err
