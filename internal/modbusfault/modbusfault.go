@@ -132,13 +132,6 @@ func (d *Device) Inject(f Fault) {
 	d.faults = append(d.faults, &f)
 }
 
-// Clear removes every fault.
-func (d *Device) Clear() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.faults = nil
-}
-
 // Set stores a value (for coils and discrete inputs, non-zero is on).
 func (d *Device) Set(t Table, addr, v uint16) {
 	d.mu.Lock()
@@ -165,19 +158,11 @@ func (d *Device) Writes(t Table, addr uint16) int {
 }
 
 // Requests is how many requests with function code fc arrived intact (an RTU
-// frame with a bad CRC is dropped uncounted), whatever became of them; fc 0
-// counts every function.
+// frame with a bad CRC is dropped uncounted), whatever became of them.
 func (d *Device) Requests(fc uint8) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if fc != 0 {
-		return d.requests[fc]
-	}
-	n := 0
-	for _, c := range d.requests {
-		n += c
-	}
-	return n
+	return d.requests[fc]
 }
 
 // wait sleeps for dt; false means the server closed meanwhile.

@@ -19,7 +19,7 @@ func TestCRC(t *testing.T) {
 func TestFaultsAreUsedUpInOrder(t *testing.T) {
 	d := newDevice()
 	d.Inject(Fault{Mode: Exception, Match: At(6, 10), Times: 2})
-	d.Inject(Fault{Mode: ApplyNoReply, Times: 1})
+	d.Inject(Fault{Mode: ApplyNoReply, Match: OnFunction(6), Times: 1})
 	write := []byte{6, 0, 10, 0, 7}
 	var modes []Mode
 	for range 4 {
