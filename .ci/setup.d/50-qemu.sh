@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # qemu for the edge tests: qemu-user-static runs the arm/arm64 binaries
 # (test/qemu), qemu-system-arm boots the i.MX6 sabrelite board with Debian's
-# armmp kernel (test/board). Idempotent; fast when everything is in place.
+# armmp kernel (test/board), whose DTB the test patches with fdtput
+# (device-tree-compiler). Idempotent; fast when everything is in place.
 # The kernel, its DTB and the four modules the board test loads are extracted
 # into .cache/board/<kernel version>/ (about 6 MB). The version is resolved
 # through the linux-image-armmp meta-package, so it stays installable after
@@ -19,7 +20,7 @@ if ! dpkg --print-foreign-architectures | grep -qx armhf; then
 fi
 need=()
 for tool in qemu-arm-static:qemu-user-static qemu-aarch64-static:qemu-user-static \
-            qemu-system-arm:qemu-system-arm cpio:cpio; do
+            qemu-system-arm:qemu-system-arm cpio:cpio fdtput:device-tree-compiler; do
   command -v "${tool%%:*}" >/dev/null || need+=("${tool#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then

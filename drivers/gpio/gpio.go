@@ -150,7 +150,7 @@ func (c *Chip) Line(name string, offset int, cfg drivers.LineConfig) (drivers.GP
 		return nil, fmt.Errorf("%s: line %d (%q): %w", c.Describe(), offset, name, err)
 	}
 	if err := c.dev.ioctl(c.fd, ioctlGetLine, unsafe.Pointer(&req)); err != nil {
-		return nil, fmt.Errorf("%s: %w", c.Describe(), c.requestError(offset, name, cfg, err))
+		return nil, fmt.Errorf("%s: %w", c.Describe(), c.requestError(offset, name, err))
 	}
 	l := &Line{chip: c, offset: offset, name: name, fd: int(req.Fd), cfg: cfg}
 	c.lines = append(c.lines, l)
@@ -193,6 +193,8 @@ func request(offset int, cfg drivers.LineConfig) (lineRequest, error) {
 	switch cfg.Direction {
 	case manifest.DirInput:
 		req.Config.Flags |= flagInput
+		// A chip whose driver cannot set a bias keeps the line as it is:
+		// gpiolib drops ENOTSUPP for bias on line requests, so nothing says so.
 		switch cfg.Bias {
 		case "", "as-is":
 		case "pull-up":
@@ -228,25 +230,17 @@ func bit(level bool) uint64 {
 	return 0
 }
 
-// errNotSupported is the kernel's ENOTSUPP (524), which gpiolib returns when
-// the chip's driver cannot set the requested bias. It is internal to the
-// kernel, so Go's errno table has no text for it.
-const errNotSupported = 524
-
 // requestError explains a refused line request. A busy line names its
 // holder as the kernel reports it and wraps drivers.ErrUnreachable: another
 // driver or process has it, which may change while physmcpd runs.
-func (c *Chip) requestError(offset int, name string, cfg drivers.LineConfig, err error) error {
+func (c *Chip) requestError(offset int, name string, err error) error {
 	what := fmt.Sprintf("line %d (%q) on %s", offset, name, c.hw.name)
-	switch {
-	case errors.Is(err, syscall.EBUSY):
+	if errors.Is(err, syscall.EBUSY) {
 		holder := "a consumer that gave no name"
 		if info, ierr := c.info(offset); ierr == nil && cstring(info.Consumer[:]) != "" {
 			holder = fmt.Sprintf("%q", cstring(info.Consumer[:]))
 		}
 		return fmt.Errorf("%w: %s is busy: held by %s", drivers.ErrUnreachable, what, holder)
-	case errors.Is(err, syscall.Errno(errNotSupported)):
-		return fmt.Errorf("%s: the chip cannot set bias %q (kernel: not supported)", what, cfg.Bias)
 	}
 	return fmt.Errorf("requesting %s: %w", what, err)
 }

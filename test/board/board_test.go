@@ -23,10 +23,18 @@ const (
 	// The modules the guest loads, in order (Debian builds them as modules, without dependencies).
 	modules = "i2c-imx i2c-dev gpio-mxc imx2_wdt"
 	// gpio1 in qemu's sabrelite = the kernel's 209c000.gpio = /dev/gpiochip0.
-	gpioDevice          = "/machine/soc/gpio1"
-	ledLine, buttonLine = 5, 6
-	setupHint           = "run .ci/setup.d/50-qemu.sh (as root): it installs qemu-system-arm and extracts Debian's armmp kernel into .cache/board/"
+	gpioDevice = "/machine/soc/gpio1"
+	gpioNode   = "/soc/bus@2000000/gpio@209c000"                    // in the DTB
+	uart1Node  = "/soc/bus@2000000/spba-bus@2000000/serial@2020000" // ttymxc0
+	setupHint  = "run .ci/setup.d/50-qemu.sh (as root): it installs qemu-system-arm and fdtput and extracts Debian's armmp kernel into .cache/board/"
 )
+
+// The lines of gpio1 the manifest binds.
+const ledLine, buttonLine, relayLine, pumpLine = 5, 6, 7, 8
+
+// lineNames are the gpio-line-names the test gives gpio1 in the device tree
+// (Debian's DTB names none), so the manifest finds lines by name.
+var lineNames = map[int]string{ledLine: "STATUS_LED", buttonLine: "BUTTON", relayLine: "RELAY", pumpLine: "PUMP"}
 
 // prerequisites finds qemu-system-arm and the cached kernel, skipping (or
 // failing on CI) without them.
@@ -41,6 +49,9 @@ func prerequisites(t *testing.T) (qemu, kernelDir string) {
 	qemu, err := exec.LookPath("qemu-system-arm")
 	if err != nil {
 		missing("qemu-system-arm")
+	}
+	if _, err := exec.LookPath("fdtput"); err != nil {
+		missing("fdtput (device-tree-compiler)")
 	}
 	dirs, _ := filepath.Glob(filepath.Join(repo, ".cache/board/*/vmlinuz"))
 	if len(dirs) == 0 {
@@ -92,9 +103,38 @@ func buildInitramfs(t *testing.T, kernelDir, to string, serveArgs []string) {
 		}
 	}
 	r.add("/modules/order", []byte(modules+"\n"), false)
+	// What another program does to the lines before physmcpd starts
+	// (guestinit's gpioset helper): the relay's line is high (its off
+	// level) and the pump's line is held.
+	r.add("/board/gpio", fmt.Appendf(nil, "high %d\nhold %d\n", relayLine, pumpLine), false)
 	r.add("/board/args", []byte(strings.Join(serveArgs, "\n")+"\n"), false)
 	if err := r.write(to); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// patchDTB writes the kernel's sabrelite DTB with what the test needs:
+// gpio1's lines named (Debian's DTB names none), so the manifest finds
+// lines by name, and UART1 (physmcpd's log) without DMA, which qemu's
+// sabrelite does not emulate for it: with DMA the kernel never sends and a
+// writer blocks once the tty buffer is full.
+func patchDTB(t *testing.T, kernelDir, to string) {
+	t.Helper()
+	dtb, err := os.ReadFile(filepath.Join(kernelDir, "imx6q-sabrelite.dtb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, dtb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"-t", "s", to, gpioNode, "gpio-line-names"}
+	for i := range 32 {
+		names = append(names, lineNames[i])
+	}
+	for _, args := range [][]string{names, {"-d", to, uart1Node, "dmas", "dma-names"}} {
+		if b, err := exec.Command("fdtput", args...).CombinedOutput(); err != nil {
+			t.Fatalf("fdtput %s: %v\n%s", strings.Join(args, " "), err, b)
+		}
 	}
 }
 
@@ -111,7 +151,8 @@ func boot(t *testing.T, ctx context.Context) *board {
 	t.Helper()
 	qemu, kernelDir := prerequisites(t)
 	dir := t.TempDir()
-	initrd := filepath.Join(dir, "initramfs.cpio.gz")
+	initrd, dtb := filepath.Join(dir, "initramfs.cpio.gz"), filepath.Join(dir, "sabrelite.dtb")
+	patchDTB(t, kernelDir, dtb)
 	buildInitramfs(t, kernelDir, initrd, []string{"serve", "--manifest", "/board/physmcp.manifest.yml",
 		"--policy", "/board/physmcp.policy.yml", "--stdio", "--state-dir", "/state", "--log-level", "debug"})
 	b := &board{uart1: filepath.Join(dir, "uart1.log")}
@@ -119,7 +160,7 @@ func boot(t *testing.T, ctx context.Context) *board {
 	cmd := exec.Command(qemu, "-M", "sabrelite", "-smp", "1", "-m", "256M",
 		"-display", "none", "-monitor", "none", "-no-reboot", "-accel", "tcg",
 		"-serial", "file:"+b.uart1, "-serial", "stdio", // UART1: physmcpd's log; UART2: console and MCP
-		"-kernel", filepath.Join(kernelDir, "vmlinuz"), "-dtb", filepath.Join(kernelDir, "imx6q-sabrelite.dtb"),
+		"-kernel", filepath.Join(kernelDir, "vmlinuz"), "-dtb", dtb,
 		"-initrd", initrd,
 		"-device", "tmp105,id=temp0,bus=i2c-bus.0,address=0x48", // i2c-bus.0 = i2c1@21a0000 = /dev/i2c-0
 		"-qmp", "unix:"+qmpSock+",server=on,wait=off", "-qtest", "unix:"+qtestSock+",server=on,wait=off",
@@ -216,7 +257,7 @@ func TestBoard(t *testing.T) {
 	for _, tool := range list.Tools {
 		names = append(names, tool.Name)
 	}
-	if got, want := strings.Join(names, " "), "can_do do_overtemp_limit do_status_led read_board_temperature read_button_pressed read_missing_sensor_temperature read_overtemp_limit"; got != want {
+	if got, want := strings.Join(names, " "), "can_do do_overtemp_limit do_pump do_relay do_status_led read_board_temperature read_button_pressed read_expansion_temperature read_missing_sensor_temperature read_overtemp_limit"; got != want {
 		t.Fatalf("tools %s, want %s", got, want)
 	}
 
@@ -243,9 +284,9 @@ func TestBoard(t *testing.T) {
 
 	t.Run("the host sees do_status_led", func(t *testing.T) {
 		// The safe level (low) is driven at start-up. Lines reset low and
-		// qtest reports changes only, so the host must not have seen a raise.
-		if level := b.gpio.output(ledLine); level == 1 {
-			t.Errorf("before any do_status_led the host saw line %d high, want the safe level (low)", ledLine)
+		// qtest reports changes only, so the host must have seen none.
+		if h := b.gpio.history(ledLine); len(h) > 0 {
+			t.Errorf("before any do_status_led the host saw line %d at %v, want it left at the safe level (low)", ledLine, h)
 		}
 		for _, on := range []bool{true, false, true} {
 			d := b.call(t, ctx, "do_status_led", map[string]any{"value": on})
@@ -289,6 +330,51 @@ func TestBoard(t *testing.T) {
 		}
 		if r := b.call(t, ctx, "read_overtemp_limit", nil); r["value"] != 60.0 {
 			t.Errorf("after writing 60 the threshold reads %v", r)
+		}
+	})
+
+	t.Run("an output starts at its safe level without passing another", func(t *testing.T) {
+		// gpioset left RELAY high (its off level, active-low) before
+		// physmcpd started; the host has logged every level the line took
+		// since boot. Requesting the line as an output and then setting it
+		// (periph's way) drives it low in between, which the log shows
+		// however short; a request that carries the value leaves it alone.
+		if h := b.gpio.history(relayLine); fmt.Sprint(h) != "[1]" {
+			t.Fatalf("line %d since boot: %v, want [1] (gpioset's high, untouched by physmcpd's start)", relayLine, h)
+		}
+		for _, on := range []bool{true, false} {
+			if d := b.call(t, ctx, "do_relay", map[string]any{"value": on}); d["status"] != "success" {
+				t.Fatalf("do_relay %v: %v", on, d)
+			}
+			want := map[bool]int{true: 0, false: 1}[on] // active-low
+			if last, ok := b.gpio.waitOutput(relayLine, want, 5*time.Second); !ok {
+				t.Errorf("do_relay %v: the host saw line %d at %d, want %d", on, relayLine, last, want)
+			}
+		}
+	})
+
+	t.Run("a line another process holds is unavailable and names its holder", func(t *testing.T) {
+		const holder = `line 8 ("PUMP") on gpiochip0 is busy: held by "gpioset@`
+		d := b.call(t, ctx, "do_pump", map[string]any{"value": true})
+		if d["status"] != "failed" || d["permission"] != "source_unreachable" || !strings.Contains(fmt.Sprint(d["reason"]), holder) {
+			t.Errorf("do_pump: %v; want failed, source_unreachable, reason naming the holder (%s...)", d, holder)
+		}
+		if h := b.gpio.history(pumpLine); len(h) > 0 {
+			t.Errorf("the host saw line %d driven to %v", pumpLine, h)
+		}
+		log, err := os.ReadFile(b.uart1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(log), strings.ReplaceAll(holder, `"`, `\"`)) {
+			t.Errorf("physmcpd's log does not name the holder (%s...)", holder)
+		}
+	})
+
+	t.Run("an absent I2C adapter reads as an error", func(t *testing.T) {
+		r := b.call(t, ctx, "read_expansion_temperature", nil)
+		if r["quality"] != "error" || r["value"] != nil || !strings.Contains(fmt.Sprint(r["detail"]), "/dev/i2c-7") {
+			t.Errorf("read on /dev/i2c-7, which the board lacks: %v", r)
 		}
 	})
 

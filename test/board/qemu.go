@@ -98,7 +98,7 @@ type qtest struct {
 
 	mu      sync.Mutex
 	changed *sync.Cond
-	levels  map[int]int // output line -> last level the guest drove
+	levels  map[int][]int // output line -> every level the guest drove it to, in order
 	fails   []string
 }
 
@@ -107,7 +107,7 @@ func dialQtest(path, dev string) (*qtest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("qtest: %w", err)
 	}
-	q := &qtest{conn: c, dev: dev, levels: map[int]int{}}
+	q := &qtest{conn: c, dev: dev, levels: map[int][]int{}}
 	q.changed = sync.NewCond(&q.mu)
 	go q.read()
 	if err := q.send("irq_intercept_out " + dev); err != nil {
@@ -122,6 +122,9 @@ func (q *qtest) send(cmd string) error {
 }
 
 // read records "IRQ raise|lower N" and failures until the socket closes.
+// qemu's i.MX GPIO calls the output IRQ on every write of the data or
+// direction register that reaches an output line, and qtest reports each
+// change of level: a glitch of any length shows up as two entries.
 func (q *qtest) read() {
 	s := bufio.NewScanner(q.conn)
 	for s.Scan() {
@@ -131,7 +134,7 @@ func (q *qtest) read() {
 		case len(f) == 3 && f[0] == "IRQ":
 			var line int
 			fmt.Sscan(f[2], &line)
-			q.levels[line] = map[string]int{"raise": 1, "lower": 0}[f[1]]
+			q.levels[line] = append(q.levels[line], map[string]int{"raise": 1, "lower": 0}[f[1]])
 		case len(f) > 0 && f[0] == "FAIL":
 			q.fails = append(q.fails, s.Text())
 		}
@@ -158,26 +161,26 @@ func (q *qtest) waitOutput(n, level int, timeout time.Duration) (int, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for {
-		last, ok := q.levels[n]
-		if ok && last == level {
+		last := -1
+		if l := q.levels[n]; len(l) > 0 {
+			last = l[len(l)-1]
+		}
+		if last == level {
 			return last, true
 		}
 		if time.Now().After(end) {
-			if !ok {
-				last = -1
-			}
 			return last, false
 		}
 		q.changed.Wait()
 	}
 }
 
-// output is the level the guest last drove on line n (0 until it changes:
-// lines reset low and qtest reports changes only).
-func (q *qtest) output(n int) int {
+// history is every level the guest drove line n to, in order (empty while
+// it is at its reset level, low: qtest reports changes only).
+func (q *qtest) history(n int) []int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.levels[n]
+	return append([]int(nil), q.levels[n]...)
 }
 
 func (q *qtest) failures() []string {

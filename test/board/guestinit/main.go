@@ -5,18 +5,31 @@
 // are the console, so the host talks MCP to it over the UART; its logs go to
 // the first UART, which the harness captures in a file.
 //
+// Before physmcpd starts, /board/gpio (when present) sets GPIO lines up the
+// way another program on the board would, through a helper process named
+// gpioset (the init binary run again under that name): "high N" drives line
+// N of gpiochip0 high and releases it, as `gpioset` does; "hold N" requests
+// line N and keeps it for the rest of the run, as a leftover `gpioset` would.
+// The kernel reports the helper as the lines' consumer ("gpioset@PID").
+//
 // Lines for the harness start with "BOARD "; after "BOARD exec" the console
 // carries only MCP. When physmcpd exits, the board reboots, which ends qemu
 // (it runs with -no-reboot).
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
+
+	pgpio "periph.io/x/conn/v3/gpio"
+	"periph.io/x/host/v3"
+	"periph.io/x/host/v3/gpioioctl"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,6 +37,10 @@ import (
 func logf(format string, a ...any) { fmt.Printf("BOARD "+format+"\n", a...) }
 
 func main() {
+	if filepath.Base(os.Args[0]) == "gpioset" {
+		gpioHelper(os.Args[1])
+		return
+	}
 	for _, m := range []struct{ src, dst, fs string }{{"proc", "/proc", "proc"}, {"sysfs", "/sys", "sysfs"}, {"devtmpfs", "/dev", "devtmpfs"}} {
 		os.MkdirAll(m.dst, 0o755)
 		if err := unix.Mount(m.src, m.dst, m.fs, 0, ""); err != nil && err != unix.EBUSY {
@@ -42,6 +59,11 @@ func main() {
 	for _, node := range []string{"/dev/i2c-0", "/dev/gpiochip0"} {
 		if !waitFor(node, 5*time.Second) {
 			fail("%s did not appear", node)
+		}
+	}
+	if _, err := os.Stat("/board/gpio"); err == nil {
+		if err := startGPIOHelper("/board/gpio"); err != nil {
+			fail("gpio set-up: %v", err)
 		}
 	}
 	args, err := os.ReadFile("/board/args")
@@ -63,6 +85,84 @@ func main() {
 	err = cmd.Run()
 	logf("physmcpd exited: %v", err)
 	reboot()
+}
+
+// startGPIOHelper runs the gpioset helper on the set-up file and waits until
+// it has done it.
+func startGPIOHelper(setup string) error {
+	cmd := &exec.Cmd{Path: "/init", Args: []string{"gpioset", setup}, Stderr: os.Stdout}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	ready := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		ready <- strings.TrimSpace(line)
+	}()
+	select {
+	case line := <-ready:
+		if line != "ready" {
+			return fmt.Errorf("helper: %q", line)
+		}
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("helper not ready after 10 s")
+	}
+	logf("gpio set up by gpioset@%d", cmd.Process.Pid)
+	return nil
+}
+
+// gpioHelper is the gpioset process: it applies the set-up file, says
+// "ready" and keeps the lines it holds until the board stops.
+func gpioHelper(setup string) {
+	die := func(format string, a ...any) { fmt.Printf(format+"\n", a...); os.Exit(1) }
+	text, err := os.ReadFile(setup)
+	if err != nil {
+		die("%v", err)
+	}
+	if _, err := host.Init(); err != nil {
+		die("periph: %v", err)
+	}
+	var chip *gpioioctl.GPIOChip
+	for _, c := range gpioioctl.Chips {
+		if c.Name() == "gpiochip0" {
+			chip = c
+		}
+	}
+	if chip == nil {
+		die("no gpiochip0")
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(text)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			die("set-up line %q: want high N or hold N", line)
+		}
+		n, err := strconv.Atoi(f[1])
+		l := chip.ByNumber(n)
+		if err != nil || l == nil {
+			die("set-up line %q: no line %s on gpiochip0", line, f[1])
+		}
+		switch f[0] {
+		case "high":
+			if err := l.Out(pgpio.High); err != nil {
+				die("line %d high: %v", n, err)
+			}
+			l.Close()
+		case "hold":
+			if err := l.In(pgpio.PullNoChange, pgpio.NoEdge); err != nil {
+				die("holding line %d: %v", n, err)
+			}
+		default:
+			die("set-up line %q: want high N or hold N", line)
+		}
+	}
+	fmt.Println("ready")
+	for {
+		time.Sleep(time.Hour) // holding the lines
+	}
 }
 
 // loadModule loads one uncompressed module without dependencies.
