@@ -29,8 +29,9 @@ const (
 	setupHint  = "run .ci/setup.d/50-qemu.sh (as root): it installs qemu-system-arm and fdtput and extracts Debian's armmp kernel into .cache/board/"
 )
 
-// The lines of gpio1 the manifest binds.
-const ledLine, buttonLine, relayLine, pumpLine = 5, 6, 7, 8
+// The lines of gpio1 the manifest binds, and the one the host raises to
+// make the other program release the pump's line.
+const ledLine, buttonLine, relayLine, pumpLine, releaseLine = 5, 6, 7, 8, 9
 
 // lineNames are the gpio-line-names the test gives gpio1 in the device tree
 // (Debian's DTB names none), so the manifest finds lines by name.
@@ -105,8 +106,8 @@ func buildInitramfs(t *testing.T, kernelDir, to string, serveArgs []string) {
 	r.add("/modules/order", []byte(modules+"\n"), false)
 	// What another program does to the lines before physmcpd starts
 	// (guestinit's gpioset helper): the relay's line is high (its off
-	// level) and the pump's line is held.
-	r.add("/board/gpio", fmt.Appendf(nil, "high %d\nhold %d\n", relayLine, pumpLine), false)
+	// level) and the pump's line is held until the host raises releaseLine.
+	r.add("/board/gpio", fmt.Appendf(nil, "high %d\nhold %d until %d\n", relayLine, pumpLine, releaseLine), false)
 	r.add("/board/args", []byte(strings.Join(serveArgs, "\n")+"\n"), false)
 	if err := r.write(to); err != nil {
 		t.Fatal(err)
@@ -353,7 +354,7 @@ func TestBoard(t *testing.T) {
 		}
 	})
 
-	t.Run("a line another process holds is unavailable and names its holder", func(t *testing.T) {
+	t.Run("a line another process holds is unavailable, names its holder and is used once free", func(t *testing.T) {
 		const holder = `line 8 ("PUMP") on gpiochip0 is busy: held by "gpioset@`
 		d := b.call(t, ctx, "do_pump", map[string]any{"value": true})
 		if d["status"] != "failed" || d["permission"] != "source_unreachable" || !strings.Contains(fmt.Sprint(d["reason"]), holder) {
@@ -368,6 +369,23 @@ func TestBoard(t *testing.T) {
 		}
 		if !strings.Contains(string(log), strings.ReplaceAll(holder, `"`, `\"`)) {
 			t.Errorf("physmcpd's log does not name the holder (%s...)", holder)
+		}
+		// gpioset lets go; physmcpd requests the line in the background
+		// (retrying every 2 s at most), at its safe level (low: the host sees nothing).
+		if err := b.gpio.drive(releaseLine, 1); err != nil {
+			t.Fatal(err)
+		}
+		for end := time.Now().Add(10 * time.Second); d["status"] != "success" && time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+			if h := b.gpio.history(pumpLine); len(h) > 0 {
+				t.Fatalf("before do_pump succeeded the host saw line %d driven to %v", pumpLine, h)
+			}
+			d = b.call(t, ctx, "do_pump", map[string]any{"value": true})
+		}
+		if d["status"] != "success" {
+			t.Fatalf("do_pump 10 s after the line was released: %v", d)
+		}
+		if last, ok := b.gpio.waitOutput(pumpLine, 1, 5*time.Second); !ok {
+			t.Errorf("do_pump true: the host saw line %d at %d, want 1", pumpLine, last)
 		}
 	})
 

@@ -8,9 +8,10 @@
 // Before physmcpd starts, /board/gpio (when present) sets GPIO lines up the
 // way another program on the board would, through a helper process named
 // gpioset (the init binary run again under that name): "high N" drives line
-// N of gpiochip0 high and releases it, as `gpioset` does; "hold N" requests
-// line N and keeps it for the rest of the run, as a leftover `gpioset` would.
-// The kernel reports the helper as the lines' consumer ("gpioset@PID").
+// N of gpiochip0 high and releases it, as `gpioset` does; "hold N until M"
+// requests line N, as a leftover `gpioset` would, and releases it once input
+// line M goes high (the host's signal). The kernel reports the helper as the
+// lines' consumer ("gpioset@PID").
 //
 // Lines for the harness start with "BOARD "; after "BOARD exec" the console
 // carries only MCP. When physmcpd exits, the board reboots, which ends qemu
@@ -135,28 +136,38 @@ func gpioHelper(setup string) {
 	if chip == nil {
 		die("no gpiochip0")
 	}
-	for _, line := range strings.Split(strings.TrimSpace(string(text)), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 2 {
-			die("set-up line %q: want high N or hold N", line)
-		}
-		n, err := strconv.Atoi(f[1])
+	lineAt := func(arg string) *gpioioctl.GPIOLine {
+		n, err := strconv.Atoi(arg)
 		l := chip.ByNumber(n)
 		if err != nil || l == nil {
-			die("set-up line %q: no line %s on gpiochip0", line, f[1])
+			die("no line %s on gpiochip0", arg)
 		}
-		switch f[0] {
-		case "high":
+		return l
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(text)), "\n") {
+		switch f := strings.Fields(line); {
+		case len(f) == 2 && f[0] == "high":
+			l := lineAt(f[1])
 			if err := l.Out(pgpio.High); err != nil {
-				die("line %d high: %v", n, err)
+				die("line %s high: %v", f[1], err)
 			}
 			l.Close()
-		case "hold":
-			if err := l.In(pgpio.PullNoChange, pgpio.NoEdge); err != nil {
-				die("holding line %d: %v", n, err)
+		case len(f) == 4 && f[0] == "hold" && f[2] == "until":
+			held, signal := lineAt(f[1]), lineAt(f[3])
+			if err := held.In(pgpio.PullNoChange, pgpio.NoEdge); err != nil {
+				die("holding line %s: %v", f[1], err)
 			}
+			if err := signal.In(pgpio.PullNoChange, pgpio.RisingEdge); err != nil {
+				die("line %s as the release signal: %v", f[3], err)
+			}
+			go func() {
+				for !signal.WaitForEdge(time.Second) && signal.Read() != pgpio.High {
+					// Read catches a rise before the first wait
+				}
+				held.Close()
+			}()
 		default:
-			die("set-up line %q: want high N or hold N", line)
+			die("set-up line %q: want high N or hold N until M", line)
 		}
 	}
 	fmt.Println("ready")
