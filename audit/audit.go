@@ -12,6 +12,17 @@
 // to, written before files past retention are removed, so deleting the
 // oldest remaining file is caught too.
 //
+// With a Key (WithKey) the chain is keyed: a line's chain value is the
+// HMAC-SHA256 of the line under the key rather than its SHA-256, so whoever
+// edits a line cannot recompute the chain, HEAD and ANCHOR without the key.
+// A trail becomes keyed at an EventKeyed line naming the key by id (a trail
+// written before keying keeps its plain start); HEAD and ANCHOR say "mac" from
+// then on, so checking it without the key is a KeyError, not a pass.
+//
+// An entry is bounded before it is written (see MaxValueBytes and the limits
+// beside it): a value over them is replaced by its Digest, so no caller input
+// can make a line that Verify could not read back.
+//
 // Lines are fsync'd before Append returns; HEAD is replaced atomically after.
 // A crash can leave a torn last line (dropped on Open, it was never
 // acknowledged) or a HEAD one line behind (accepted and brought forward).
@@ -40,7 +51,8 @@ const (
 	dayLayout  = "2006-01-02"
 	headFile   = "HEAD"
 	anchorFile = "ANCHOR"
-	// maxLine bounds one line when reading back (entries are a few hundred bytes).
+	// maxLine bounds one line when reading back: far above what Append
+	// writes (MaxEntryBytes), so lines of an older physmcpd still read.
 	maxLine = 1 << 20
 )
 
@@ -62,19 +74,29 @@ type Log struct {
 	f    *os.File
 	file string // base name of the current file
 	line int    // lines in the current file
-	prev string // hash of the last line written
+	prev string // chain value of the last line written
+	// key keys the chain from the file keyedSince on; nil while it is plain.
+	key        *Key
+	keyedSince string
 }
 
-// head is the content of HEAD and ANCHOR.
+// head is the content of HEAD and ANCHOR. MAC and KeyID are set when the
+// chain is keyed at that point; KeyedSince (HEAD only) names the file of the
+// EventKeyed line.
 type head struct {
-	File string `json:"file"`
-	Line int    `json:"line,omitempty"`
-	Hash string `json:"hash"`
+	File       string `json:"file"`
+	Line       int    `json:"line,omitempty"`
+	Hash       string `json:"hash"`
+	MAC        string `json:"mac,omitempty"`
+	KeyID      string `json:"key_id,omitempty"`
+	KeyedSince string `json:"keyed_since,omitempty"`
 }
 
 // Open opens the trail in dir (created 0700 if needed), keeping files for
-// retentionDays (0: forever). now is the clock (nil: time.Now).
-func Open(dir string, retentionDays int, now func() time.Time) (*Log, error) {
+// retentionDays (0: forever). now is the clock (nil: time.Now). With
+// WithKey, a plain trail is keyed from here on; a keyed trail needs its key
+// (else a *KeyError).
+func Open(dir string, retentionDays int, now func() time.Time, opts ...Option) (*Log, error) {
 	if retentionDays < 0 {
 		return nil, fmt.Errorf("audit retention_days must not be negative, got %d", retentionDays)
 	}
@@ -93,21 +115,43 @@ func Open(dir string, retentionDays int, now func() time.Time) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
+	hd, err := readHead(filepath.Join(dir, headFile))
+	if err != nil {
+		return nil, err
+	}
 	l.prev = genesis
 	if anchor != nil {
 		l.prev = anchor.Hash
 	}
-	var mismatch string
+	id, since := keyedAt(anchor, hd)
+	var lastLine []byte
 	if len(files) > 0 {
 		last := files[len(files)-1]
-		n, hash, err := repairTail(filepath.Join(dir, last))
+		n, line, err := repairTail(filepath.Join(dir, last))
 		if err != nil {
 			return nil, err
 		}
 		if n > 0 {
-			l.file, l.line, l.prev = last, n, hash
+			l.file, l.line, lastLine = last, n, line
 		}
-		mismatch, err = l.checkHead()
+		if kid := keyedLine(line); id == "" && kid != "" {
+			id, since = kid, last // a crash between the keyed line and its HEAD
+		}
+	}
+	key := collect(opts).key
+	if id != "" {
+		if key == nil || key.ID() != id {
+			return nil, &KeyError{Dir: dir, Want: id, Got: keyID(key)}
+		}
+		l.key, l.keyedSince = key, since
+	}
+	var mismatch string
+	if len(files) > 0 {
+		if lastLine != nil {
+			l.prev = l.key.sum(lastLine)
+		}
+		var err error
+		mismatch, err = l.checkHead(hd)
 		if err != nil {
 			return nil, err
 		}
@@ -117,18 +161,42 @@ func Open(dir string, retentionDays int, now func() time.Time) (*Log, error) {
 			return nil, err
 		}
 	}
+	if key != nil && l.key == nil {
+		l.key = key // the keyed event is the first keyed line; Append sets keyedSince
+		if err := l.Append(map[string]any{"time": now().UTC(), "event": EventKeyed, "mac": MAC, "key_id": key.ID()}); err != nil {
+			return nil, err
+		}
+	}
 	if err := l.prune(); err != nil {
 		return nil, err
 	}
 	return l, nil
 }
 
-// checkHead compares HEAD with the end of the trail. A HEAD one line behind
-// is a crash between a line and its HEAD update and is not a mismatch.
-func (l *Log) checkHead() (string, error) {
-	h, err := readHead(filepath.Join(l.dir, headFile))
-	if err != nil || h == nil {
-		return "", err
+// keyedAt returns the id of the key the trail's end is keyed under ("" when
+// plain) and the file it became keyed in, from HEAD, else ANCHOR.
+func keyedAt(anchor, hd *head) (id, since string) {
+	switch {
+	case hd != nil && hd.MAC != "":
+		return hd.KeyID, hd.KeyedSince
+	case anchor != nil && anchor.MAC != "":
+		return anchor.KeyID, anchor.File
+	}
+	return "", ""
+}
+
+func keyID(k *Key) string {
+	if k == nil {
+		return ""
+	}
+	return k.ID()
+}
+
+// checkHead compares HEAD (h) with the end of the trail. A HEAD one line
+// behind is a crash between a line and its HEAD update and is not a mismatch.
+func (l *Log) checkHead(h *head) (string, error) {
+	if h == nil {
+		return "", nil
 	}
 	if h.File == l.file && h.Line == l.line && h.Hash == l.prev {
 		return "", nil
@@ -140,7 +208,8 @@ func (l *Log) checkHead() (string, error) {
 }
 
 // Append writes v (which must encode as a JSON object) as the next line,
-// chained to the previous one, and returns once it is on disk.
+// chained to the previous one, and returns once it is on disk. Values over
+// the limits (MaxValueBytes and beside it) are written as their Digest.
 func (l *Log) Append(v any) error {
 	body, err := json.Marshal(v)
 	if err != nil {
@@ -149,10 +218,16 @@ func (l *Log) Append(v any) error {
 	if len(body) < 2 || body[0] != '{' {
 		return fmt.Errorf("audit: an entry must encode as a JSON object, got %.40s", body)
 	}
+	if body, err = bound(body); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.rotate(); err != nil {
 		return err
+	}
+	if l.key != nil && l.keyedSince == "" {
+		l.keyedSince = l.file
 	}
 	line := make([]byte, 0, len(body)+80)
 	line = append(line, `{"prev":"`...)
@@ -171,7 +246,7 @@ func (l *Log) Append(v any) error {
 		return fmt.Errorf("audit: sync %s: %w", l.file, err)
 	}
 	l.line++
-	l.prev = hashLine(line)
+	l.prev = l.key.sum(line)
 	return l.writeHead()
 }
 
@@ -235,11 +310,23 @@ func (l *Log) prune() error {
 	if drop == 0 {
 		return nil
 	}
-	_, hash, err := lastLine(filepath.Join(l.dir, files[drop-1]))
-	if err != nil {
-		return err
+	// what the oldest kept line chains to is in its own "prev"; with no line
+	// kept yet, it is the end of the trail
+	anchor := head{File: files[drop], Hash: l.prev}
+	for _, f := range files[drop:] {
+		p, ok, err := firstPrev(filepath.Join(l.dir, f), f)
+		if err != nil {
+			return err
+		}
+		if ok {
+			anchor.Hash = p
+			break
+		}
 	}
-	if err := writeHeadFile(filepath.Join(l.dir, anchorFile), head{File: files[drop], Hash: hash}); err != nil {
+	if l.key != nil && l.keyedSince < files[drop] {
+		anchor.MAC, anchor.KeyID = MAC, l.key.ID()
+	}
+	if err := writeHeadFile(filepath.Join(l.dir, anchorFile), anchor); err != nil {
 		return err
 	}
 	for _, f := range files[:drop] {
@@ -263,7 +350,11 @@ func (l *Log) Close() error {
 }
 
 func (l *Log) writeHead() error {
-	return writeHeadFile(filepath.Join(l.dir, headFile), head{File: l.file, Line: l.line, Hash: l.prev})
+	h := head{File: l.file, Line: l.line, Hash: l.prev}
+	if l.key != nil {
+		h.MAC, h.KeyID, h.KeyedSince = MAC, l.key.ID(), l.keyedSince
+	}
+	return writeHeadFile(filepath.Join(l.dir, headFile), h)
 }
 
 // writeHeadFile replaces path atomically (write, fsync, rename).
@@ -338,35 +429,108 @@ func hashLine(line []byte) string {
 }
 
 // repairTail drops a torn last line (no newline: a crash mid-append) and
-// returns the number of lines and the hash of the last one.
-func repairTail(path string) (int, string, error) {
+// returns the number of lines and the last one (without its newline).
+func repairTail(path string) (int, []byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0, "", fmt.Errorf("audit: %w", err)
+		return 0, nil, fmt.Errorf("audit: %w", err)
 	}
 	if end := bytes.LastIndexByte(b, '\n') + 1; end < len(b) {
 		if err := os.Truncate(path, int64(end)); err != nil {
-			return 0, "", fmt.Errorf("audit: drop the torn last line of %s: %w", path, err)
+			return 0, nil, fmt.Errorf("audit: drop the torn last line of %s: %w", path, err)
 		}
 		b = b[:end]
 	}
-	return countAndLast(b)
-}
-
-func lastLine(path string) (int, string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, "", fmt.Errorf("audit: %w", err)
-	}
-	return countAndLast(b)
-}
-
-func countAndLast(b []byte) (int, string, error) {
 	b = bytes.TrimSuffix(b, []byte("\n"))
 	if len(b) == 0 {
-		return 0, "", nil
+		return 0, nil, nil
 	}
-	return bytes.Count(b, []byte("\n")) + 1, hashLine(b[bytes.LastIndexByte(b, '\n')+1:]), nil
+	return bytes.Count(b, []byte("\n")) + 1, b[bytes.LastIndexByte(b, '\n')+1:], nil
+}
+
+// keyedLine returns the key id an EventKeyed line names ("" for other lines).
+func keyedLine(line []byte) string {
+	var fields struct {
+		Event string `json:"event"`
+		KeyID string `json:"key_id"`
+	}
+	if json.Unmarshal(line, &fields) != nil || fields.Event != EventKeyed {
+		return ""
+	}
+	return fields.KeyID
+}
+
+// errStop ends an eachLine walk early without an error.
+var errStop = errors.New("stop")
+
+// eachLine calls fn with every line of the file (name is its base name),
+// numbered from 1 and without its newline. A line too long or torn is a
+// *BreakError.
+func eachLine(path, name string, fn func(n int, line []byte) error) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(f, maxLine)
+	for n := 1; ; n++ {
+		line, err := r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			return &BreakError{File: name, Line: n, Reason: "line too long"}
+		}
+		if len(line) == 0 && errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("audit: read %s: %w", path, err)
+		}
+		if !bytes.HasSuffix(line, []byte("\n")) {
+			return &BreakError{File: name, Line: n, Reason: "torn last line (no newline)"}
+		}
+		if err := fn(n, line[:len(line)-1]); errors.Is(err, errStop) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
+}
+
+// firstPrev returns what the file's first line chains to (ok false when the
+// file has no line).
+func firstPrev(path, name string) (prev string, ok bool, err error) {
+	err = eachLine(path, name, func(n int, line []byte) error {
+		var fields struct {
+			Prev string `json:"prev"`
+		}
+		if err := json.Unmarshal(line, &fields); err != nil {
+			return &BreakError{File: name, Line: n, Reason: fmt.Sprintf("not a JSON object: %v", err)}
+		}
+		prev, ok = fields.Prev, true
+		return errStop
+	})
+	return prev, ok, err
+}
+
+// Scan calls fn with every line (without its newline) of the files dated on
+// or after since's UTC day, oldest first. Appends wait until it is done, so
+// fn must not call Append.
+func (l *Log) Scan(since time.Time, fn func(line []byte) error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	files, err := trailFiles(l.dir)
+	if err != nil {
+		return err
+	}
+	first := filePrefix + since.UTC().Format(dayLayout) + fileSuffix
+	for _, name := range files {
+		if name < first {
+			continue
+		}
+		if err := eachLine(filepath.Join(l.dir, name), name, func(_ int, line []byte) error { return fn(line) }); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // BreakError is the first place the chain does not hold.
@@ -385,9 +549,12 @@ type Report struct {
 
 // Verify checks the whole trail in dir: every line chains to the one before
 // (across files), the oldest file is the one ANCHOR names (when files were
-// removed past retention), and the trail ends where HEAD says. The error is a
-// *BreakError for the first break found.
-func Verify(dir string) (Report, error) {
+// removed past retention), and the trail ends where HEAD says. With WithKey
+// the trail must be keyed under that key from its EventKeyed line on (lines
+// before it are a plain chain). The error is a *BreakError for the first
+// break found, or a *KeyError when the trail is keyed and no key or another
+// key was given.
+func Verify(dir string, opts ...Option) (Report, error) {
 	var rep Report
 	files, err := trailFiles(dir)
 	if err != nil {
@@ -401,13 +568,24 @@ func Verify(dir string) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	prev := genesis
+	v := verifier{dir: dir, given: collect(opts).key, prev: genesis}
+	if v.given == nil {
+		// without the key a keyed chain breaks at its first keyed line: say why instead
+		if id, _ := keyedAt(anchor, hd); id != "" {
+			return rep, &KeyError{Dir: dir, Want: id}
+		}
+	}
 	if anchor != nil {
 		i := slices.Index(files, anchor.File)
 		if i < 0 {
 			return rep, &BreakError{File: anchor.File, Line: 1, Reason: "the oldest file kept (named in ANCHOR) is missing"}
 		}
-		files, prev = files[i:], anchor.Hash // older files are due for removal
+		files, v.prev = files[i:], anchor.Hash // older files are due for removal
+		if anchor.MAC != "" {
+			if err := v.keyed(anchor.KeyID); err != nil {
+				return rep, err
+			}
+		}
 	}
 	if len(files) == 0 {
 		if hd != nil {
@@ -418,7 +596,7 @@ func Verify(dir string) (Report, error) {
 	var lastFile string
 	var lastN int
 	for _, name := range files {
-		n, h, err := verifyFile(filepath.Join(dir, name), name, prev)
+		n, err := v.file(name)
 		if err != nil {
 			return rep, err
 		}
@@ -427,7 +605,10 @@ func Verify(dir string) (Report, error) {
 		}
 		rep.Files++
 		rep.Lines += n
-		prev, lastFile, lastN = h, name, n
+		lastFile, lastN = name, n
+	}
+	if v.given != nil && v.key == nil && rep.Lines > 0 {
+		return rep, &BreakError{File: lastFile, Line: lastN, Reason: "a key was given but the trail is not keyed: it was written without one, or its keying was removed and the chain recomputed"}
 	}
 	if hd == nil {
 		if rep.Lines > 0 {
@@ -436,7 +617,7 @@ func Verify(dir string) (Report, error) {
 		return rep, nil
 	}
 	switch {
-	case hd.File == lastFile && hd.Line == lastN && hd.Hash == prev:
+	case hd.File == lastFile && hd.Line == lastN && hd.Hash == v.prev:
 	case hd.File == lastFile && hd.Line == lastN-1:
 		// a crash between a line and its HEAD update
 	case hd.File == lastFile && hd.Line > lastN || hd.File > lastFile:
@@ -447,45 +628,52 @@ func Verify(dir string) (Report, error) {
 	return rep, nil
 }
 
-// verifyFile checks one file's lines against prev and returns their count and
-// the hash of the last.
-func verifyFile(path, name, prev string) (int, string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, "", fmt.Errorf("audit: %w", err)
+// verifier walks the chain line by line.
+type verifier struct {
+	dir   string
+	given *Key   // the key Verify was given, if any
+	key   *Key   // the chain's key from its keyed line on; nil while plain
+	prev  string // the chain value the next line must name
+}
+
+// keyed switches the chain to the given key, which must be the one with id.
+func (v *verifier) keyed(id string) error {
+	if v.given == nil || v.given.ID() != id {
+		return &KeyError{Dir: v.dir, Want: id, Got: keyID(v.given)}
 	}
-	defer f.Close()
-	r := bufio.NewReaderSize(f, maxLine)
-	n := 0
-	for {
-		line, err := r.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			return n, "", &BreakError{File: name, Line: n + 1, Reason: "line too long"}
-		}
-		if len(line) == 0 && errors.Is(err, io.EOF) {
-			return n, prev, nil
-		}
-		n++
-		if err != nil && !errors.Is(err, io.EOF) {
-			return n, "", fmt.Errorf("audit: read %s: %w", path, err)
-		}
-		if !bytes.HasSuffix(line, []byte("\n")) {
-			return n, "", &BreakError{File: name, Line: n, Reason: "torn last line (no newline)"}
-		}
-		line = line[:len(line)-1]
+	v.key = v.given
+	return nil
+}
+
+// file checks one file's lines and returns their count.
+func (v *verifier) file(name string) (int, error) {
+	count := 0
+	err := eachLine(filepath.Join(v.dir, name), name, func(n int, line []byte) error {
+		count = n
 		var fields struct {
 			Prev  string `json:"prev"`
 			Event string `json:"event"`
+			KeyID string `json:"key_id"`
 		}
 		if err := json.Unmarshal(line, &fields); err != nil {
-			return n, "", &BreakError{File: name, Line: n, Reason: fmt.Sprintf("not a JSON object: %v", err)}
+			return &BreakError{File: name, Line: n, Reason: fmt.Sprintf("not a JSON object: %v", err)}
 		}
-		if fields.Prev != prev {
-			return n, "", &BreakError{File: name, Line: n, Reason: fmt.Sprintf("chain broken: prev is %.12s…, the line before hashes to %.12s… (a line before this one was edited or deleted)", fields.Prev, prev)}
+		if fields.Prev != v.prev {
+			return &BreakError{File: name, Line: n, Reason: fmt.Sprintf("chain broken: prev is %.12s…, the line before hashes to %.12s… (a line before this one was edited or deleted)", fields.Prev, v.prev)}
 		}
-		if fields.Event == EventHeadMismatch {
-			return n, "", &BreakError{File: name, Line: n, Reason: "physmcpd found the trail altered when it started (see this line's detail)"}
+		switch fields.Event {
+		case EventHeadMismatch:
+			return &BreakError{File: name, Line: n, Reason: "physmcpd found the trail altered when it started (see this line's detail)"}
+		case EventKeyed:
+			if v.key != nil {
+				return &BreakError{File: name, Line: n, Reason: "a second keyed line: the trail was keyed already"}
+			}
+			if err := v.keyed(fields.KeyID); err != nil {
+				return err
+			}
 		}
-		prev = hashLine(line)
-	}
+		v.prev = v.key.sum(line)
+		return nil
+	})
+	return count, err
 }

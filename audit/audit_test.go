@@ -42,9 +42,9 @@ func mustVerify(t *testing.T, dir string, lines int) {
 	}
 }
 
-func wantBreak(t *testing.T, dir, file string, line int) {
+func wantBreak(t *testing.T, dir, file string, line int, opts ...Option) {
 	t.Helper()
-	_, err := Verify(dir)
+	_, err := Verify(dir, opts...)
 	var b *BreakError
 	if !errors.As(err, &b) {
 		t.Fatalf("Verify = %v, want a break at %s:%d", err, file, line)
@@ -187,5 +187,28 @@ func TestAppendRefusesNonObjects(t *testing.T) {
 	}
 	if err := l.Append(struct{}{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestScanReadsFromTheDayGiven(t *testing.T) {
+	dir := t.TempDir()
+	c := &clock{t0}
+	fill(t, dir, c, 0, 3, 2)
+	c.t = t0.AddDate(0, 0, 2)
+	l, err := Open(dir, 0, c.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var days []string
+	err = l.Scan(t0.AddDate(0, 0, 1), func(line []byte) error {
+		days = append(days, string(line[75:82])) // after {"prev":"<64 hex>",
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(days, " "); got != `"day":1 "day":1 "day":2 "day":2` {
+		t.Fatalf("scanned %s, want the lines of days 1 and 2", got)
 	}
 }

@@ -300,3 +300,28 @@ func (s *Store) RecordWrite(tool string, w engine.Write, keep time.Duration) err
 	}
 	return nil
 }
+
+// Records calls fn with every idempotency record, in doubt or final, in key
+// order, expired ones not yet pruned included (fn checks At). fn must not
+// call the store. Records that cannot be decoded are skipped and reported in
+// the error, after the others; an error from fn stops the walk.
+func (s *Store) Records(fn func(key string, r engine.Record) error) error {
+	var bad int
+	var firstBad error
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketKeys).ForEach(func(k, v []byte) error {
+			var rec engine.Record
+			if err := json.Unmarshal(v, &rec); err != nil {
+				if bad++; firstBad == nil {
+					firstBad = fmt.Errorf("idempotency record %q: %w", k, err)
+				}
+				return nil
+			}
+			return fn(string(k), rec)
+		})
+	})
+	if err == nil && bad > 0 {
+		err = fmt.Errorf("%d idempotency records unreadable, skipped; the first: %w", bad, firstBad)
+	}
+	return err
+}

@@ -66,17 +66,13 @@ func openDurable(cfg serveConfig, prof profiles.Profile, m *manifest.Manifest, l
 	d.store = store
 	opts := engine.Options{Idempotency: store, Limits: store}
 	if m.Audit != nil && m.Audit.Enabled {
-		trail, err := audit.Open(auditDir(dir), m.Audit.RetentionDays, nil)
+		trail, err := openTrail(cfg, dir, m.Audit.RetentionDays, logger)
 		if err != nil {
 			store.Close()
 			return nil, engine.Options{}, err
 		}
 		d.trail = trail
-		opts.Audit = func(a engine.AuditEntry) {
-			if err := trail.Append(a); err != nil {
-				logger.Error("audit entry not recorded", "tool", a.Tool, "key", a.Key, "err", err)
-			}
-		}
+		opts.Audit = auditSink(trail, logger)
 	}
 	logger.Info("state directory", "dir", dir, "audit", d.trail != nil)
 	return d, opts, nil

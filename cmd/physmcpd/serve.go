@@ -41,6 +41,7 @@ type serveConfig struct {
 	group            string // the manifest group to serve; HTTP without it serves every group
 	access           accessFlags
 	stateDir         string // empty: the default on hardware, none when simulating (stateDirFor)
+	auditKey         string // empty: audit.key in the state directory
 }
 
 func runServe(args []string, stdout, stderr io.Writer) int {
@@ -74,6 +75,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int) {
 	fs.IntVar(&cfg.baud, "baud", 115200, "baud rate for --serial")
 	fs.StringVar(&cfg.group, "group", "", "serve only this manifest group's endpoint (stdio and --serial serve one endpoint: the ungrouped capabilities unless given)")
 	fs.StringVar(&cfg.stateDir, "state-dir", "", "directory for idempotency keys, cooldowns, rate windows and the audit trail (full profile; default "+defaultStateDir+", none with --simulate)")
+	fs.StringVar(&cfg.auditKey, "audit-key", "", "key file of the audit trail's HMAC chain, created on first use (default "+auditKeyFile+" in the state directory)")
 	level := fs.String("log-level", "info", "debug, info, warn or error (logs go to stderr)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -175,6 +177,7 @@ func serve(ctx context.Context, cfg serveConfig, stdin io.Reader, stdout, stderr
 		}
 	}()
 	defer guardSafeState(ctx, e, logger)()
+	dur.recoverAudit(logger) // after the start-up safe state has settled in-doubt keys
 
 	local := engine.Caller{Identity: "local", Role: p.LocalRole()}
 	eps, err := endpoints(e, mcpserver.Options{

@@ -4,7 +4,11 @@
 // write to disk (simulation.write_log, fsync'd per write, and restored on the
 // next start as a real device would keep its registers), killed with SIGKILL
 // at random moments during do_* calls, restarted, and asked again with the
-// same idempotency keys.
+// same idempotency keys. Every fourth call it is started with
+// PHYSMCPD_TEST_KILL_BEFORE_AUDIT=1 instead, so it kills itself after the
+// store recorded the write and before its audit line (a window too short
+// for random kills to hit): the restart must recover the line from the
+// store. After every restart the trail verifies and accounts for the write.
 package crash
 
 import (
@@ -18,11 +22,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/physmcp/physmcpd/audit"
 )
 
 const manifestTmpl = `physmcp_version: "0.1"
@@ -126,9 +133,13 @@ func must(t *testing.T, err error) {
 }
 
 // start runs the daemon and completes the MCP handshake.
-func (r *rig) start() {
+func (r *rig) start() { r.startWith(nil) }
+
+// startWith starts the daemon with env added to its environment.
+func (r *rig) startWith(env []string) {
 	r.t.Helper()
 	cmd := exec.Command(r.bin, "serve", "--manifest", r.manifest, "--policy", r.policy, "--simulate", "--stdio", "--state-dir", r.stateDir)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = r.stderrLog
 	stdin, err := cmd.StdinPipe()
 	must(r.t, err)
@@ -248,6 +259,61 @@ func (r *rig) writes(capability string) []int {
 	return out
 }
 
+// killBeforeAudit makes the daemon kill itself between its first applied
+// write's stored outcome and its audit line (cmd/physmcpd/auditrecover.go).
+var killBeforeAudit = []string{"PHYSMCPD_TEST_KILL_BEFORE_AUDIT=1"}
+
+// hooked says whether call i is killed by killBeforeAudit rather than at random.
+func hooked(i int) bool { return i%4 == 0 }
+
+// trailOutcomes reads the audit trail: the outcomes of each idempotency key's lines.
+func (r *rig) trailOutcomes() map[string][]string {
+	r.t.Helper()
+	files, err := filepath.Glob(filepath.Join(r.stateDir, "audit", "audit-*.jsonl"))
+	must(r.t, err)
+	out := map[string][]string{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		must(r.t, err)
+		for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+			var l struct {
+				Key     string `json:"idempotency_key"`
+				Outcome string `json:"outcome"`
+			}
+			if err := json.Unmarshal(line, &l); err != nil {
+				r.t.Fatalf("audit line %q: %v", line, err)
+			}
+			if l.Key != "" {
+				out[l.Key] = append(out[l.Key], l.Outcome)
+			}
+		}
+	}
+	return out
+}
+
+// wroteIt says whether outcomes include one that reports the write itself.
+func wroteIt(outcomes []string) bool {
+	for _, o := range outcomes {
+		switch o {
+		case "applied", "confirmed", "recovered":
+			return true
+		}
+	}
+	return false
+}
+
+// verifyTrail checks the trail with its key as `physmcpd audit verify` does,
+// in process to keep the test fast (the daemon is idle: every answer was sent
+// after its line was on disk). The command itself runs at the end.
+func (r *rig) verifyTrail(when string) {
+	r.t.Helper()
+	key, err := audit.LoadKey(filepath.Join(r.stateDir, "audit.key"))
+	must(r.t, err)
+	if _, err := audit.Verify(filepath.Join(r.stateDir, "audit"), audit.WithKey(key)); err != nil {
+		r.t.Fatalf("audit verify %s: %v", when, err)
+	}
+}
+
 func iterations() int {
 	if n, err := strconv.Atoi(os.Getenv("PHYSMCPD_CRASH_ITERATIONS")); err == nil && n > 0 {
 		return n
@@ -277,11 +343,23 @@ func TestCrashExactlyOnce(t *testing.T) {
 
 	n := iterations()
 	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
-	var answeredBeforeKill, landedBeforeKill, replayed, kills int
+	var answeredBeforeKill, landedBeforeKill, replayed, kills, killedBeforeAudit, recovered, superseded int
+	superseding := map[int]bool{}
 	for i := 1; i <= n; i++ {
 		key := fmt.Sprintf("key-%d", i)
+		if hooked(i) {
+			r.kill() // idle: nothing is lost
+			r.startWith(killBeforeAudit)
+		}
 		id := r.request("tools/call", doArgs("do_flow_setpoint", i, key))
-		time.Sleep(time.Duration(rng.Int63n(int64(callTime))))
+		if hooked(i) {
+			if r.await(id) != nil {
+				t.Fatalf("iteration %d: answered although started with %s", i, killBeforeAudit[0])
+			}
+			killedBeforeAudit++
+		} else {
+			time.Sleep(time.Duration(rng.Int63n(int64(callTime))))
+		}
 		r.kill()
 		kills++
 		// the first answer may have made it out before the kill
@@ -300,13 +378,30 @@ func TestCrashExactlyOnce(t *testing.T) {
 		}
 		r.start()
 		res := r.do("do_flow_setpoint", i, key)
-		if res["status"] != "success" || res["applied_value"] != float64(i) {
+		if res["permission"] == "physmcp:superseded" && !hooked(i) {
+			// the write never left before the kill, and the start-up safe
+			// state has written since: writing it now would undo that
+			superseding[i] = true
+			superseded++
+		} else if res["status"] != "success" || res["applied_value"] != float64(i) {
 			t.Fatalf("iteration %d: retry after the kill answered %v", i, res)
 		}
-		if again := r.do("do_flow_setpoint", i, key); again["applied_value"] != float64(i) || again["timestamp"] != res["timestamp"] {
-			t.Fatalf("iteration %d: a second retry did not replay the answer: %v vs %v", i, again, res)
+		if again := r.do("do_flow_setpoint", i, key); again["applied_value"] != res["applied_value"] || again["permission"] != res["permission"] ||
+			(!superseding[i] && again["timestamp"] != res["timestamp"]) {
+			t.Fatalf("iteration %d: a second retry did not give the same answer: %v vs %v", i, again, res)
 		} else {
 			replayed++
+		}
+		r.verifyTrail(fmt.Sprintf("after iteration %d", i))
+		outcomes := r.trailOutcomes()[key]
+		if slices.Contains(outcomes, "recovered") {
+			recovered++
+		}
+		if hooked(i) && !slices.Contains(outcomes, "recovered") {
+			t.Fatalf("iteration %d: killed before the audit line, the trail has %v for %s, want a recovered line", i, outcomes, key)
+		}
+		if slices.Contains(r.writes("flow_setpoint"), i) && !wroteIt(outcomes) {
+			t.Fatalf("iteration %d: %d was written to the device, but the audit trail has only %v for %s", i, i, outcomes, key)
 		}
 	}
 
@@ -314,14 +409,24 @@ func TestCrashExactlyOnce(t *testing.T) {
 	for _, v := range r.writes("flow_setpoint") {
 		counts[v]++
 	}
+	exactlyOnce := 0
 	for i := 1; i <= n; i++ {
-		if counts[i] != 1 {
-			t.Errorf("key-%d: %d writes of %d, want exactly 1", i, counts[i], i)
+		want := 1
+		if superseding[i] {
+			want = 0
+		}
+		if counts[i] != want {
+			t.Errorf("key-%d: %d writes of %d, want %d", i, counts[i], i, want)
+		} else if want == 1 {
+			exactlyOnce++
 		}
 	}
-	t.Logf("crash test: %d iterations, %d SIGKILLs (%d after the write reached the device, %d after the answer was sent), "+
-		"%d keys written exactly once, %d safe-state writes, %d replays checked, %.1f s (one undisturbed do_* call: %s)",
-		n, kills, landedBeforeKill, answeredBeforeKill, n-countBad(counts, n), counts[0], replayed, time.Since(began).Seconds(), callTime.Round(time.Millisecond))
+	t.Logf("crash test: %d iterations, %d SIGKILLs (%d after the write reached the device, %d after the answer was sent, "+
+		"%d by the daemon itself between the stored outcome and the audit line), %d writes recovered into the audit trail, "+
+		"%d keys written exactly once, %d superseded by the start-up safe state (never written), %d safe-state writes, %d replays checked, "+
+		"the trail verified after every restart, %.1f s (one undisturbed do_* call: %s)",
+		n, kills, landedBeforeKill, answeredBeforeKill, killedBeforeAudit, recovered, exactlyOnce, superseded,
+		counts[0], replayed, time.Since(began).Seconds(), callTime.Round(time.Millisecond))
 
 	// A cooldown set before a kill still blocks after the restart.
 	if res := r.do("do_heater_power", 40, "heat-1"); res["status"] != "success" {
@@ -356,16 +461,6 @@ func TestCrashExactlyOnce(t *testing.T) {
 		t.Fatalf("audit verify after the run: exit %d\n%s", code, out)
 	}
 	t.Logf("audit verify: %s", strings.TrimSpace(out))
-}
-
-func countBad(counts map[int]int, n int) int {
-	bad := 0
-	for i := 1; i <= n; i++ {
-		if counts[i] != 1 {
-			bad++
-		}
-	}
-	return bad
 }
 
 // run runs the binary to completion and returns its combined output and exit code.
@@ -403,8 +498,9 @@ func TestAuditVerifyDetectsTampering(t *testing.T) {
 	orig, err := os.ReadFile(files[0])
 	must(t, err)
 	lines := bytes.SplitAfter(orig, []byte("\n"))
-	// start-up safe state, 5 applied, 1 refused, shutdown safe state
-	if len(lines) != 9 || !bytes.Contains(lines[6], []byte(`"permission":"out_of_range"`)) || !bytes.Contains(lines[0], []byte(`"outcome":"safe_state"`)) {
+	// the keyed event, start-up safe state, 5 applied, 1 refused, shutdown safe state
+	if len(lines) != 10 || !bytes.Contains(lines[0], []byte(`"event":"keyed"`)) || !bytes.Contains(lines[7], []byte(`"permission":"out_of_range"`)) ||
+		!bytes.Contains(lines[1], []byte(`"outcome":"safe_state"`)) {
 		t.Fatalf("trail:\n%s", orig)
 	}
 
@@ -412,14 +508,14 @@ func TestAuditVerifyDetectsTampering(t *testing.T) {
 	edited = bytes.Replace(edited, []byte(`"applied_value":3`), []byte(`"applied_value":4`), 1)
 	must(t, os.WriteFile(files[0], edited, 0o600))
 	out, code := r.run("audit", "verify", "--state-dir", r.stateDir)
-	if want := filepath.Base(files[0]) + ":5:"; code != 1 || !strings.Contains(out, want) {
-		t.Fatalf("edited line 4: exit %d, output %q, want exit 1 naming %s", code, out, want)
+	if want := filepath.Base(files[0]) + ":6:"; code != 1 || !strings.Contains(out, want) {
+		t.Fatalf("edited line 5: exit %d, output %q, want exit 1 naming %s", code, out, want)
 	}
 
-	deleted := bytes.Join(append(append([][]byte{}, lines[:2]...), lines[3:]...), nil)
+	deleted := bytes.Join(append(append([][]byte{}, lines[:3]...), lines[4:]...), nil)
 	must(t, os.WriteFile(files[0], deleted, 0o600))
 	out, code = r.run("audit", "verify", "--state-dir", r.stateDir)
-	if want := filepath.Base(files[0]) + ":3:"; code != 1 || !strings.Contains(out, want) {
-		t.Fatalf("deleted line 3: exit %d, output %q, want exit 1 naming %s", code, out, want)
+	if want := filepath.Base(files[0]) + ":4:"; code != 1 || !strings.Contains(out, want) {
+		t.Fatalf("deleted line 4: exit %d, output %q, want exit 1 naming %s", code, out, want)
 	}
 }
