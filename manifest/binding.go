@@ -426,6 +426,10 @@ func (k *gpioBindingKeys) check(d *strictyaml.Decoder, path string, c *Capabilit
 	case "":
 	case "as-is", "disable", "pull-up", "pull-down":
 		b.Bias = k.Bias
+		if b.Direction == DirOutput && k.Bias != "as-is" {
+			// the line request's bias flags apply to inputs only
+			bad("bias", "bias %s only applies to input lines: the kernel cannot set a bias on an output (leave bias out, or as-is)", k.Bias)
+		}
 	default:
 		bad("bias", "must be as-is, disable, pull-up or pull-down, got %q", k.Bias)
 	}
