@@ -116,21 +116,24 @@ func (e *Engine) Do(ctx context.Context, caller Caller, tool string, req promcp.
 		e.log.Info("do refused by an interlock", "tool", tool, "key", key, "permission", il.permission, "reason", il.reason, "caller", caller.Identity)
 		return e.refuse(pt, key, il.permission, il.reason), nil
 	}
-	resp, outcome = e.write(ctx, pt, key, fp, d, prev.value)
+	resp, outcome = e.write(ctx, pt, Record{Fingerprint: fp, Tool: pt.tool, Caller: caller.Identity, Role: caller.Role}, key, d, prev.value)
 	return resp, nil
 }
 
 // write sends d.value to the device exactly once. The intent is recorded
 // first, so a lost outcome is settled by a retry instead of written twice;
 // the write is charged to the limits from the moment it leaves, whether it
-// is then confirmed or its outcome is lost. The caller holds the write turn.
-func (e *Engine) write(ctx context.Context, pt *point, key, fp string, d decision, prev any) (promcp.DoResponse, string) {
+// is then confirmed or its outcome is lost. base names the request (its
+// fingerprint, tool and caller) in every record kept of it. The caller holds
+// the write turn.
+func (e *Engine) write(ctx context.Context, pt *point, base Record, key string, d decision, prev any) (promcp.DoResponse, string) {
 	resp := e.response(pt, key)
 	resp.PreviousValue = prev
 	resp.AppliedValue = d.value
 	resp.Warnings = d.warnings
 	w := Write{At: e.now(), Value: d.value, Seq: pt.site.nextSeq(), Key: key}
-	intent := Record{Fingerprint: fp, Tool: pt.tool, Response: resp, At: w.At, InDoubt: true, Seq: w.Seq, SentAt: w.At}
+	intent := base
+	intent.Response, intent.At, intent.InDoubt, intent.Seq, intent.SentAt = resp, w.At, true, w.Seq, w.At
 	if err := e.idem.Save(key, intent); err != nil {
 		failed := e.refuse(pt, key, "", fmt.Sprintf("could not record the request, so nothing was written: %v", err))
 		failed.PreviousValue = prev
@@ -139,7 +142,7 @@ func (e *Engine) write(ctx context.Context, pt *point, key, fp string, d decisio
 
 	werr := e.transact(ctx, pt, func(ctx context.Context) error { return pt.drv.Write(ctx, d.value) })
 	if werr != nil && !inDoubt(werr) {
-		return e.notApplied(pt, key, fp, d.value, prev, werr)
+		return e.notApplied(pt, base, key, d.value, prev, werr)
 	}
 	chargeErr := e.charge(pt, w)
 	if werr != nil {
@@ -155,7 +158,7 @@ func (e *Engine) write(ctx context.Context, pt *point, key, fp string, d decisio
 		return resp, OutcomeInDoubt
 	}
 	pt.clearRefusal()
-	resp = e.finish(ctx, pt, key, fp, resp, d.value, d.clamped)
+	resp = e.finish(ctx, pt, base, key, resp, d.value, d.clamped)
 	if chargeErr != nil {
 		resp.Warnings = append(resp.Warnings, chargeWarning(chargeErr))
 	}
@@ -178,7 +181,7 @@ func inDoubt(err error) bool {
 // refused it, or it never left. The outcome is recorded, so the in-doubt
 // intent does not outlive it, as a failure that a retry with the key may try
 // again (it is not replayed).
-func (e *Engine) notApplied(pt *point, key, fp string, value, prev any, werr error) (promcp.DoResponse, string) {
+func (e *Engine) notApplied(pt *point, base Record, key string, value, prev any, werr error) (promcp.DoResponse, string) {
 	perm, outcome := failurePermission(werr), OutcomeFailed
 	reason := fmt.Sprintf("write failed, nothing was applied: %v", werr)
 	if perm == promcp.DeviceRejected {
@@ -191,14 +194,14 @@ func (e *Engine) notApplied(pt *point, key, fp string, value, prev any, werr err
 	}
 	failed := e.refuse(pt, key, perm, reason)
 	failed.PreviousValue = prev
-	if err := e.idem.Save(key, Record{Fingerprint: fp, Tool: pt.tool, Response: failed, At: e.now()}); err != nil {
+	if err := e.idem.Save(key, base.final(failed, e.now())); err != nil {
 		failed.Warnings = append(failed.Warnings, fmt.Sprintf("the failure could not be recorded (%v): a retry with this key reads the device first", err))
 	}
 	return failed, outcome
 }
 
 // finish reads the point back after a write, completes and records the response.
-func (e *Engine) finish(ctx context.Context, pt *point, key, fp string, resp promcp.DoResponse, written any, clamped bool) promcp.DoResponse {
+func (e *Engine) finish(ctx context.Context, pt *point, base Record, key string, resp promcp.DoResponse, written any, clamped bool) promcp.DoResponse {
 	resp.Status = promcp.StatusSuccess
 	resp.Permission, resp.Reason = "", ""
 	if clamped {
@@ -218,7 +221,7 @@ func (e *Engine) finish(ctx context.Context, pt *point, key, fp string, resp pro
 	}
 	e.compensation(pt, &resp)
 	resp.Timestamp = promcp.Time(e.now())
-	if err := e.idem.Save(key, Record{Fingerprint: fp, Tool: pt.tool, Response: resp, At: e.now()}); err != nil {
+	if err := e.idem.Save(key, base.final(resp, e.now())); err != nil {
 		resp.Warnings = append(resp.Warnings, fmt.Sprintf("the outcome could not be recorded (%v): a retry with this key may act again", err))
 	}
 	e.log.Info("do applied", "tool", pt.tool, "key", key, "status", resp.Status, "previous", resp.PreviousValue, "applied", resp.AppliedValue)
@@ -265,7 +268,7 @@ func (e *Engine) settle(ctx context.Context, pt *point, key string, rec Record) 
 		}
 	}
 	e.log.Info("do in-doubt write confirmed by read-back", "tool", pt.tool, "key", key)
-	return e.finish(ctx, pt, key, rec.Fingerprint, rec.Response, want, rec.Response.Status == promcp.StatusPartial), OutcomeConfirmed
+	return e.finish(ctx, pt, rec, key, rec.Response, want, rec.Response.Status == promcp.StatusPartial), OutcomeConfirmed
 }
 
 // superseded answers a retry of an in-doubt key after a later write: writing

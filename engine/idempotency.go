@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/promcp"
 )
 
@@ -19,7 +20,11 @@ type Record struct {
 	// key reused for another request is refused rather than replayed.
 	Fingerprint string
 	// Tool is the do_* tool the key was used for (to settle in-doubt keys at start-up).
-	Tool     string
+	Tool string
+	// Caller and Role are who asked, so an outcome recovered from the store
+	// into the audit trail still says who.
+	Caller   string        `json:",omitempty"`
+	Role     manifest.Role `json:",omitempty"`
 	Response promcp.DoResponse
 	At       time.Time
 	// InDoubt marks a write that was sent, or was about to be, whose outcome
@@ -33,6 +38,11 @@ type Record struct {
 	// SentAt is when the write left (or was about to leave) for the device:
 	// the moment its cooldown and rate windows are charged from.
 	SentAt time.Time `json:",omitzero"`
+}
+
+// final is r's request with its outcome resp, recorded at `at`: no longer in doubt.
+func (r Record) final(resp promcp.DoResponse, at time.Time) Record {
+	return Record{Fingerprint: r.Fingerprint, Tool: r.Tool, Caller: r.Caller, Role: r.Role, Response: resp, At: at}
 }
 
 // retryable says a stored outcome is a failure that wrote nothing for

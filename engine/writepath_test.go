@@ -122,6 +122,12 @@ func TestSupersededSurvivesRestart(t *testing.T) {
 	wire.lose.Store(1)
 	r.do(t, operator, "do_damper_position", 30.0, "A")
 	r.do(t, operator, "do_damper_position", 50.0, "B")
+	// who asked is kept with the key, for an audit line recovered from the store
+	for _, key := range []string{"A", "B"} {
+		if rec, _ := store.Load(key); rec.Caller != operator.Identity || rec.Role != operator.Role {
+			t.Fatalf("record of %s names caller %q role %q", key, rec.Caller, rec.Role)
+		}
+	}
 	store.Close()
 	store = openState(t, r, dir)
 	defer store.Close()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -177,7 +178,8 @@ func recoveredLine(key string, r engine.Record, now time.Time) recoveredEntry {
 	e := recoveredEntry{
 		AuditEntry: engine.AuditEntry{
 			Time:       r.At,
-			Caller:     "unknown",
+			Caller:     cmp.Or(r.Caller, "unknown"),
+			Role:       r.Role,
 			Tool:       r.Tool,
 			Arguments:  map[string]any{"value": resp.AppliedValue, "idempotency_key": key},
 			Key:        key,
