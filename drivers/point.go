@@ -422,9 +422,18 @@ func (p *gpioPoint) Quantise(v Value) (Value, error) {
 // ---- opening buses
 
 // OpenAll opens every bus of m: with sim when the bus is marked simulated or
-// simulateAll is set, else with the real driver for its type. On failure the
-// buses already opened are closed again.
+// simulateAll is set, else with the real driver for its type. Every bus must
+// open: on failure the buses already opened are closed again.
 func OpenAll(ctx context.Context, m *manifest.Manifest, real Openers, sim Opener, simulateAll bool) (map[string]Bus, error) {
+	return OpenAllWith(ctx, m, real, sim, simulateAll, OpenOptions{Strict: true})
+}
+
+// OpenAllWith is OpenAll with options. Unless opt.Strict is set, a bus that
+// cannot be opened, or a GPIO line that cannot be requested, is pending
+// (pending.go) instead of an error; only a bus with no driver or simulator
+// is an error then.
+func OpenAllWith(ctx context.Context, m *manifest.Manifest, real Openers, sim Opener, simulateAll bool, opt OpenOptions) (map[string]Bus, error) {
+	opt.defaults()
 	names := slices.Sorted(maps.Keys(m.Buses))
 	open := make(map[string]Bus, len(names))
 	fail := func(err error) (map[string]Bus, error) {
@@ -449,6 +458,9 @@ func OpenAll(ctx context.Context, m *manifest.Manifest, real Openers, sim Opener
 			return fail(fmt.Errorf("bus %s: no driver for bus type %s in this build", name, b.Type))
 		}
 		bus, err := opener(ctx, m, b)
+		if !opt.Strict {
+			bus, err = degrade(b, bus, err, func(ctx context.Context) (Bus, error) { return opener(ctx, m, b) }, &opt)
+		}
 		if err != nil {
 			return fail(fmt.Errorf("bus %s (%s): %w", name, b.Type, err))
 		}

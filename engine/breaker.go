@@ -150,7 +150,10 @@ func classify(err error) outcome {
 			return failed
 		}
 		return answered
-	case errors.Is(err, drivers.ErrNotWritable), errors.Is(err, drivers.ErrOutOfRange), errors.Is(err, context.Canceled):
+	case errors.Is(err, drivers.ErrNotWritable), errors.Is(err, drivers.ErrOutOfRange), errors.Is(err, context.Canceled),
+		// A bus not opened yet costs nothing to ask, and an open breaker
+		// would keep its points dark for a cool-off after it opens.
+		errors.Is(err, drivers.ErrNotOpen):
 		return neutral
 	}
 	return failed

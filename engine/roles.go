@@ -23,6 +23,9 @@ func (e *Engine) Permits(tool string, role manifest.Role) bool {
 // roleAccess checks the caller's role against the tool's minimum role and the
 // policy's permission rules (any-of).
 func (e *Engine) roleAccess(pt *point, role manifest.Role) decision {
+	if role == manifest.RoleViewer && pt.c.Kind == manifest.KindDo {
+		return deny(promcp.PermissionInsufficient, "%s changes the device; the caller has role viewer (read_* and can_do only)", pt.tool)
+	}
 	if min := e.minRole(pt.c); !role.AtLeast(min) {
 		return deny(promcp.PermissionInsufficient, "%s requires role %s or higher; the caller has %s", pt.tool, min, roleName(role))
 	}

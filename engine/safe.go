@@ -31,12 +31,25 @@ func safeValue(c *manifest.Capability) (any, bool) {
 // right after), logged and audited with why as the reason. Every point is
 // attempted; the error joins the failures.
 func (e *Engine) ApplySafeState(ctx context.Context, why string) error {
+	return e.applySafeState(ctx, why, func(*point) bool { return true })
+}
+
+// ApplySafeStateOn is ApplySafeState for the do points on one bus: for a bus
+// that was not open at start-up and has just opened.
+func (e *Engine) ApplySafeStateOn(ctx context.Context, bus, why string) error {
+	return e.applySafeState(ctx, why, func(pt *point) bool { return pt.c.Binding.Bus == bus })
+}
+
+func (e *Engine) applySafeState(ctx context.Context, why string, on func(*point) bool) error {
 	errs := []error{e.SettleInDoubt(ctx)}
 	for _, t := range e.tools {
 		if t.Kind != ToolDo {
 			continue
 		}
 		pt := e.points[t.Name]
+		if !on(pt) {
+			continue
+		}
 		v, ok := safeValue(pt.c)
 		if !ok {
 			continue

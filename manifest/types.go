@@ -149,7 +149,10 @@ const (
 type Role string
 
 const (
-	RoleNone       Role = "none"
+	RoleNone Role = "none"
+	// RoleViewer ranks with none but never writes: read_* and can_do only.
+	// It is the default role of serial peers (policy identity.serial_role).
+	RoleViewer     Role = "viewer"
 	RoleOperator   Role = "operator"
 	RoleSupervisor Role = "supervisor"
 	RoleAdmin      Role = "admin"
@@ -158,7 +161,7 @@ const (
 // Rank gives the order of a role; unknown roles rank below none.
 func (r Role) Rank() int {
 	switch r {
-	case RoleNone, "":
+	case RoleNone, RoleViewer, "":
 		return 0
 	case RoleOperator:
 		return 1

@@ -68,6 +68,9 @@ func (l *lineLimiter) Read(p []byte) (int, error) {
 type SerialPort struct {
 	Path string // e.g. /dev/ttyS0, /dev/ttyAMA0, /dev/serial/by-id/...
 	Baud int
+	// Opened, when set, is called once the line is first open, before the
+	// first session (systemd's READY=1 waits for it).
+	Opened func()
 }
 
 // serialRetry is how long ServeSerial waits before reopening a line that failed.
@@ -88,6 +91,9 @@ func ServeSerial(ctx context.Context, s *server.MCPServer, sp SerialPort, lim St
 		return fmt.Errorf("open serial line %s at %d baud: %w", sp.Path, sp.Baud, err)
 	}
 	logger.Info("serving on a serial line", "port", sp.Path, "baud", sp.Baud)
+	if sp.Opened != nil {
+		sp.Opened()
+	}
 	for {
 		err := serveOnce(ctx, s, port, lim)
 		if ctx.Err() != nil {

@@ -80,12 +80,21 @@ func (p *Policy) DefaultRole() manifest.Role {
 	return p.Defaults.RequirePermission
 }
 
-// LocalRole is the role of stdio and serial callers (none by default).
+// LocalRole is the role of stdio callers (none by default).
 func (p *Policy) LocalRole() manifest.Role {
 	if p == nil || p.Identity == nil || p.Identity.LocalRole == "" {
 		return manifest.RoleNone
 	}
 	return p.Identity.LocalRole
+}
+
+// SerialRole is the role of a peer on the serial line (viewer by default:
+// read_* and can_do only, until the policy raises it deliberately).
+func (p *Policy) SerialRole() manifest.Role {
+	if p == nil || p.Identity == nil || p.Identity.SerialRole == "" {
+		return manifest.RoleViewer
+	}
+	return p.Identity.SerialRole
 }
 
 type validator struct {
@@ -380,6 +389,9 @@ var providerKeys = map[string][]string{
 
 func (v *validator) identity(id *Identity) {
 	v.role(id.At, "identity.local_role", "local_role", id.LocalRole)
+	if r := id.SerialRole; r != "" && r != manifest.RoleViewer && !manifest.ValidRole(r) {
+		v.errorf(id.At.Of("serial_role"), "identity.serial_role", "unknown role %q; expected %q or one of %s", r, manifest.RoleViewer, manifest.RoleNames())
+	}
 	names := map[string]bool{}
 	hashes := map[string]bool{}
 	for i, pr := range id.Providers {

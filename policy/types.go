@@ -149,7 +149,10 @@ type TimeWindow struct {
 type Identity struct {
 	// LocalRole is the role of a stdio (or serial) caller: whoever can start the process.
 	LocalRole manifest.Role `yaml:"local_role"`
-	Providers []*Provider   `yaml:"providers"`
+	// SerialRole is the role of a peer on the --serial line: whoever is on
+	// the wire, not someone who could start the process.
+	SerialRole manifest.Role `yaml:"serial_role"`
+	Providers  []*Provider   `yaml:"providers"`
 
 	At Positions `yaml:"-"`
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/physmcp/physmcpd/drivers"
 	"github.com/physmcp/physmcpd/drivers/gpio"
@@ -27,10 +28,38 @@ func realOpeners() drivers.Openers {
 }
 
 // openEngine opens every bus of m (all simulated when simulate is set) and
-// binds the engine to them with opts (its Logger is set to logger). On
-// failure nothing stays open.
+// binds the engine to them with opts (its Logger is set to logger). Every
+// bus must open. On failure nothing stays open.
 func openEngine(ctx context.Context, m *manifest.Manifest, p *policy.Policy, simulate bool, logger *slog.Logger, opts engine.Options) (*engine.Engine, error) {
-	buses, err := drivers.OpenAll(ctx, m, realOpeners(), sim.Open, simulate)
+	return startEngine(ctx, m, p, busOptions{simulate: simulate, strict: true}, logger, opts)
+}
+
+// busOptions is how serve opens the buses.
+type busOptions struct {
+	simulate bool
+	// strict: every bus and GPIO line must open at start-up (serve
+	// --strict-start); otherwise one that cannot is served unavailable and
+	// opened in the background (drivers.OpenAllWith).
+	strict bool
+}
+
+// startEngine is openEngine with bus options. A bus that opens after
+// start-up gets its safe state written before anything else reaches it.
+func startEngine(ctx context.Context, m *manifest.Manifest, p *policy.Policy, bo busOptions, logger *slog.Logger, opts engine.Options) (*engine.Engine, error) {
+	var started atomic.Pointer[engine.Engine]
+	buses, err := drivers.OpenAllWith(ctx, m, realOpeners(), sim.Open, bo.simulate, drivers.OpenOptions{
+		Strict: bo.strict,
+		Logger: logger,
+		OnOpen: func(ctx context.Context, bus string) {
+			// A bus that opens before the engine exists gets the start-up
+			// safe state with the others (guardSafeState).
+			if e := started.Load(); e != nil {
+				if err := e.ApplySafeStateOn(ctx, bus, "bus "+bus+" opened"); err != nil {
+					logger.Error("safe state incomplete on a bus that opened late", "bus", bus, "err", err)
+				}
+			}
+		},
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -42,5 +71,6 @@ func openEngine(ctx context.Context, m *manifest.Manifest, p *policy.Policy, sim
 		}
 		return nil, fmt.Errorf("bind capabilities: %w", err)
 	}
+	started.Store(e)
 	return e, nil
 }

@@ -41,6 +41,7 @@ type serveConfig struct {
 	group            string // the manifest group to serve; HTTP without it serves every group
 	access           accessFlags
 	stateDir         string // empty: the default on hardware, none when simulating (stateDirFor)
+	strictStart      bool   // every bus and GPIO line must open at start-up, else exit 1
 	auditKey         string // empty: audit.key in the state directory
 }
 
@@ -60,7 +61,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: physmcpd serve --manifest FILE [--policy FILE] [--simulate] [--profile full|lite] [--stdio | --serial PORT [--baud N] | --http ADDR [--allow-remote]] [--log-level LEVEL]")
+		fmt.Fprintln(stderr, "usage: physmcpd serve --manifest FILE [--policy FILE] [--simulate] [--profile full|lite] [--stdio | --serial PORT [--baud N] | --http ADDR [--allow-remote]] [--strict-start] [--log-level LEVEL]")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&cfg.manifest, "manifest", "", "device manifest (physmcp.manifest.yml), required")
@@ -76,6 +77,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int) {
 	fs.StringVar(&cfg.group, "group", "", "serve only this manifest group's endpoint (stdio and --serial serve one endpoint: the ungrouped capabilities unless given)")
 	fs.StringVar(&cfg.stateDir, "state-dir", "", "directory for idempotency keys, cooldowns, rate windows and the audit trail (full profile; default "+defaultStateDir+", none with --simulate)")
 	fs.StringVar(&cfg.auditKey, "audit-key", "", "key file of the audit trail's HMAC chain, created on first use (default "+auditKeyFile+" in the state directory)")
+	fs.BoolVar(&cfg.strictStart, "strict-start", false, "exit 1 when a bus or GPIO line cannot be opened at start-up (by default its capabilities are unavailable and it is reopened in the background)")
 	level := fs.String("log-level", "info", "debug, info, warn or error (logs go to stderr)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -166,7 +168,7 @@ func serve(ctx context.Context, cfg serveConfig, stdin io.Reader, stdout, stderr
 		return 1
 	}
 	defer dur.close(logger)
-	e, err := openEngine(ctx, m, p, cfg.simulate, logger, opts)
+	e, err := startEngine(ctx, m, p, busOptions{simulate: cfg.simulate, strict: cfg.strictStart}, logger, opts)
 	if err != nil {
 		logger.Error("cannot start", "err", err)
 		return 1
@@ -180,6 +182,10 @@ func serve(ctx context.Context, cfg serveConfig, stdin io.Reader, stdout, stderr
 	dur.recoverAudit(logger) // after the start-up safe state has settled in-doubt keys
 
 	local := engine.Caller{Identity: "local", Role: p.LocalRole()}
+	if cfg.transport() == profiles.Serial {
+		// whoever is on the wire is not someone who could start the process
+		local = engine.Caller{Identity: "serial", Role: p.SerialRole()}
+	}
 	eps, err := endpoints(e, mcpserver.Options{
 		Version: buildVersion,
 		Logger:  logger,
@@ -191,13 +197,14 @@ func serve(ctx context.Context, cfg serveConfig, stdin io.Reader, stdout, stderr
 		return 1
 	}
 	s := eps[0].Server
-	logger.Info("serving", "device", m.Device.ID, "profile", prof.Name, "tools", len(e.Tools()), "simulate", cfg.simulate, "local_role", local.Role)
+	logger.Info("serving", "device", m.Device.ID, "profile", prof.Name, "tools", len(e.Tools()), "simulate", cfg.simulate, "caller_role", local.Role)
 
 	switch cfg.transport() {
 	case profiles.Serial:
-		stopping := notifyReady(ctx, logger)
-		defer stopping()
-		if err := mcpserver.ServeSerial(ctx, s, mcpserver.SerialPort{Path: cfg.serialPort, Baud: cfg.baud}, streamLimits(prof), logger); err != nil {
+		stopping := func() {}
+		defer func() { stopping() }()
+		port := mcpserver.SerialPort{Path: cfg.serialPort, Baud: cfg.baud, Opened: func() { stopping = notifyReady(ctx, logger) }}
+		if err := mcpserver.ServeSerial(ctx, s, port, streamLimits(prof), logger); err != nil {
 			logger.Error("serial transport failed", "err", err)
 			return 1
 		}
