@@ -21,8 +21,11 @@ const (
 )
 
 // Finding is one rule broken by one tool (Tool is empty for server-level rules).
+// Code is the reference validator's code for the same defect (SeedCodes), so
+// reports can be matched against it; empty where the seed defines none.
 type Finding struct {
 	Rule     string   `json:"rule"`
+	Code     string   `json:"code,omitempty"`
 	Severity Severity `json:"severity"`
 	Tool     string   `json:"tool,omitempty"`
 	Message  string   `json:"message"`
@@ -33,7 +36,30 @@ func (f Finding) String() string {
 	if tool == "" {
 		tool = "(server)"
 	}
-	return fmt.Sprintf("%-7s %-26s %s: %s", f.Severity, f.Rule, tool, f.Message)
+	rule := f.Rule
+	if f.Code != "" {
+		rule = f.Code + " " + rule
+	}
+	return fmt.Sprintf("%-7s %-31s %s: %s", f.Severity, rule, tool, f.Message)
+}
+
+// SeedCodes are the rule codes the proMCP v0.2.0 text gives its reference
+// validator, each with the check of this linter that finds the same defect.
+// The seed defines only these two; the linter's other checks have no code.
+// Field is the response field whose absence the code names.
+var SeedCodes = []struct{ Code, Rule, Field string }{
+	{"R006", "do-response", "compensable"},    // do_* responseSchema missing 'compensable'
+	{"R010", "cando-response", "valid_until"}, // can_do candidates[] missing 'valid_until'
+}
+
+// seedCode is the code of a rule's finding about one missing field, or "".
+func seedCode(rule, field string) string {
+	for _, c := range SeedCodes {
+		if c.Rule == rule && c.Field == field {
+			return c.Code
+		}
+	}
+	return ""
 }
 
 // Tool is a tool as a linter sees it. OutputSchema is the MCP outputSchema,

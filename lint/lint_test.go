@@ -2,6 +2,7 @@ package lint
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"regexp"
@@ -17,7 +18,11 @@ func findingKeys(fs []Finding) []string {
 		if tool == "" {
 			tool = "-"
 		}
-		keys[i] = string(f.Severity) + " " + f.Rule + " " + tool
+		rule := f.Rule
+		if f.Code != "" {
+			rule = f.Code + " " + rule
+		}
+		keys[i] = string(f.Severity) + " " + rule + " " + tool
 	}
 	slices.Sort(keys)
 	return keys
@@ -45,6 +50,7 @@ func TestBrokenToolListReportsEachRule(t *testing.T) {
 		"error description-missing do_fan",
 		"error do-idempotency-key do_fan",
 		"error do-response do_fan",
+		"error R006 do-response do_fan",
 		"error do-response do_fan",
 		"warning do-response do_fan",
 		"error annotation-hint do_fan",
@@ -60,7 +66,7 @@ func TestBrokenToolListReportsEachRule(t *testing.T) {
 		"warning name-generic do_update",
 		"error response-schema-missing do_update",
 		"error cando-intent can_do",
-		"error cando-response can_do",
+		"error R010 cando-response can_do",
 		"error cando-response can_do",
 		"error cando-response can_do",
 		"warning cando-response can_do",
@@ -280,5 +286,52 @@ func TestRulesAreDocumented(t *testing.T) {
 	}
 	if !slices.Equal(ids, want) {
 		t.Errorf("docs/lint.md documents rules\n %q\nlint.Rules has\n %q", ids, want)
+	}
+}
+
+// Findings the seed validator has a code for carry it in text and JSON.
+func TestSeedCodesInOutput(t *testing.T) {
+	do := Tool{Name: "do_fan_speed", Description: "Sets the fan speed in percent.",
+		InputSchema:  map[string]any{"type": "object", "properties": map[string]any{"idempotency_key": map[string]any{"type": "string"}}},
+		OutputSchema: map[string]any{"type": "object", "properties": map[string]any{"status": map[string]any{}}, "required": []any{"status"}},
+	}
+	var r6 *Finding
+	for _, f := range Check([]Tool{do}) {
+		if f.Code == "R006" {
+			r6 = &f
+		}
+	}
+	if r6 == nil {
+		t.Fatal("no R006 finding for a do_* response without compensable")
+	}
+	if s := r6.String(); !strings.Contains(s, "R006 do-response") || !strings.Contains(s, "lacks compensable") {
+		t.Errorf("text %q, want R006 beside do-response", s)
+	}
+	b, err := json.Marshal(r6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"rule":"do-response","code":"R006"`) {
+		t.Errorf("JSON %s has no code R006", b)
+	}
+	plain, _ := json.Marshal(finding("name-verb", "x", "no verb"))
+	if strings.Contains(string(plain), `"code"`) {
+		t.Errorf("a finding without a seed code has one: %s", plain)
+	}
+}
+
+// docs/lint.md lists each seed code beside its rule.
+func TestSeedCodesAreDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../docs/lint.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range SeedCodes {
+		if row := "| `" + c.Code + "` | `" + c.Rule + "` |"; !strings.Contains(string(doc), row) {
+			t.Errorf("docs/lint.md has no row %q", row)
+		}
+		if !slices.ContainsFunc(Rules, func(r Rule) bool { return r.ID == c.Rule }) {
+			t.Errorf("seed code %s maps to unknown rule %s", c.Code, c.Rule)
+		}
 	}
 }

@@ -202,10 +202,8 @@ func checkReadResponse(t Tool) []Finding {
 func checkDoResponse(t Tool) []Finding {
 	props := properties(t.OutputSchema)
 	var out []Finding
-	if missing := missingKeys(props, "status", "idempotency_key", "applied_value", "previous_value", "side_effects",
-		"compensable", "compensation_hint", "timestamp"); len(missing) > 0 {
-		out = append(out, finding("do-response", t.Name, "response schema lacks %s", strings.Join(missing, ", ")))
-	}
+	out = append(out, lacking("do-response", t.Name, "response schema", missingKeys(props, "status", "idempotency_key",
+		"applied_value", "previous_value", "side_effects", "compensable", "compensation_hint", "timestamp"))...)
 	if s, ok := props["status"].(map[string]any); ok {
 		for _, v := range enumStrings(s) {
 			if !slices.Contains([]string{"success", "partial", "failed"}, v) {
@@ -222,9 +220,7 @@ func checkDoResponse(t Tool) []Finding {
 func checkCanDoResponse(t Tool) []Finding {
 	var out []Finding
 	lacks := func(where string, schema map[string]any, keys ...string) {
-		if missing := missingKeys(properties(schema), keys...); len(missing) > 0 {
-			out = append(out, finding("cando-response", t.Name, "%s lacks %s", where, strings.Join(missing, ", ")))
-		}
+		out = append(out, lacking("cando-response", t.Name, where, missingKeys(properties(schema), keys...))...)
 	}
 	report := t.OutputSchema
 	lacks("CapabilityReport", report, "query_id", "feasible", "candidates", "blocked", "context", "metadata")
@@ -257,6 +253,26 @@ func checkCanDoResponse(t Tool) []Finding {
 	}
 	if m, ok := props["metadata"].(map[string]any); ok {
 		lacks("metadata", m, "timestamp", "total_latency_ms")
+	}
+	return out
+}
+
+// lacking reports the fields a response schema lacks: one finding for those
+// the seed's validator has a code for, each alone with its code, one for the rest.
+func lacking(rule, tool, where string, missing []string) []Finding {
+	var out []Finding
+	var rest []string
+	for _, field := range missing {
+		if code := seedCode(rule, field); code != "" {
+			f := finding(rule, tool, "%s lacks %s", where, field)
+			f.Code = code
+			out = append(out, f)
+		} else {
+			rest = append(rest, field)
+		}
+	}
+	if len(rest) > 0 {
+		out = append(out, finding(rule, tool, "%s lacks %s", where, strings.Join(rest, ", ")))
 	}
 	return out
 }
