@@ -150,6 +150,7 @@ var Rules = []Rule{
 	{"description-short", Warning, false, "a description of at least 20 characters"},
 	{"read-description-mutation", Warning, false, "a read_* description does not sound like a mutation"},
 	{"input-schema", Error, false, "inputSchema is an object schema"},
+	{"schema-portable", Warning, false, "model APIs accept the inputSchema (no top-level anyOf/oneOf/allOf/not, no $ref, no bare boolean schemas); no bare boolean schemas in the outputSchema"},
 	{"do-idempotency-key", Error, false, "every do_* input has idempotency_key (a string)"},
 	{"cando-intent", Error, false, "can_do input has intent{semantic_tags[]} and only the proMCP actions"},
 	{"response-schema-missing", Error, false, "every tool declares its response schema (outputSchema or responseSchema)"},

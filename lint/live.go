@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/physmcp/physmcpd/internal/jsonschema"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 // Session is a connection to a running MCP server.
@@ -66,13 +66,27 @@ func (l *live) call(ctx context.Context, t Tool, args map[string]any, what strin
 		return nil, isError, false
 	}
 	if t.OutputSchema != nil {
-		if err := jsonschema.Check(t.OutputSchema); err != nil {
+		if s, err := compileSchema(t.OutputSchema); err != nil {
 			l.note("%s: output schema not checked live (%v)", t.Name, err)
-		} else if err := jsonschema.Validate(t.OutputSchema, obj); err != nil {
+		} else if err := s.Validate(obj); err != nil {
 			l.add(finding("live-output-schema", t.Name, "%s: the answer does not match the tool's outputSchema: %v", what, err))
 		}
 	}
 	return obj, isError, true
+}
+
+// compileSchema compiles a server's schema with formats asserted. A $ref is
+// resolved only inside the schema: the linter never reads a file or URL a
+// server names.
+func compileSchema(schema map[string]any) (*jsonschema.Schema, error) {
+	c := jsonschema.NewCompiler()
+	c.AssertFormat()
+	c.UseLoader(jsonschema.SchemeURLLoader{})
+	const url = "mem:///outputSchema.json"
+	if err := c.AddResource(url, schema); err != nil {
+		return nil, err
+	}
+	return c.Compile(url)
 }
 
 func (l *live) read(ctx context.Context, t Tool) {

@@ -105,6 +105,15 @@ func checkTool(t Tool) []Finding {
 		add(finding("input-schema", name, "no inputSchema"))
 	} else if typ, _ := t.InputSchema["type"].(string); typ != "object" {
 		add(finding("input-schema", name, `inputSchema must have type "object"`))
+	} else {
+		for _, p := range ModelAPIProblems(t.InputSchema) {
+			add(finding("schema-portable", name, "inputSchema: %s; Anthropic, OpenAI, Bedrock or Vertex refuse such a tool", p))
+		}
+	}
+	if t.OutputSchema != nil {
+		for _, p := range BareBooleans(t.OutputSchema) {
+			add(finding("schema-portable", name, "outputSchema: %s; MCP Inspector --strict fails on it", p))
+		}
 	}
 	switch kind {
 	case KindDo:

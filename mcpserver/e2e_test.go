@@ -25,10 +25,10 @@ import (
 	"github.com/physmcp/physmcpd/drivers"
 	"github.com/physmcp/physmcpd/drivers/sim"
 	"github.com/physmcp/physmcpd/engine"
-	"github.com/physmcp/physmcpd/internal/jsonschema"
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/mcpserver"
 	"github.com/physmcp/physmcpd/policy"
+	"github.com/physmcp/physmcpd/promcp"
 )
 
 const (
@@ -179,7 +179,7 @@ func (s *session) call(tool string, args map[string]any, wantError bool) map[str
 	if res.StructuredContent == nil {
 		s.t.Fatalf("%s: no structuredContent", tool)
 	}
-	if err := jsonschema.Validate(s.schemas[tool], body); err != nil {
+	if err := promcp.Validate(s.schemas[tool], body); err != nil {
 		s.t.Errorf("%s: structuredContent does not match the outputSchema: %v\n%s", tool, err, body)
 	}
 	if len(res.Content) != 1 {
@@ -404,6 +404,19 @@ func runLoop(t *testing.T, c *client.Client) {
 	if findEntry(alias["candidates"], "read_door_closed") == nil {
 		t.Errorf("query/direction aliases: read_door_closed not found: %v", alias)
 	}
+	// Exactly one of intent and query: the input schema can only say so in
+	// words (model APIs refuse a top-level anyOf), so the server refuses the rest.
+	door := map[string]any{"semantic_tags": []any{"door"}, "action": "read"}
+	for what, args := range map[string]map[string]any{
+		"neither": {"scope": []any{"read_door_closed"}},
+		"both":    {"intent": door, "query": door},
+	} {
+		rep := s.call("can_do", args, false)
+		u, _ := rep["unroutable"].([]any)
+		if rep["feasible"] != false || len(u) != 1 || u[0].(map[string]any)["reason"] != "malformed_request" {
+			t.Errorf("can_do with %s of intent and query: %v, want unroutable malformed_request", what, rep)
+		}
+	}
 }
 
 func findEntry(list any, capability string) map[string]any {
@@ -509,10 +522,10 @@ func TestHTTPProtocolVersions(t *testing.T) {
 					t.Errorf("tools/list entry for %s differs from the generated tool: %v", want[i].Name, got)
 					continue
 				}
-				if err := jsonschema.Check(got["inputSchema"]); err != nil {
+				if _, err := promcp.CompileSchema(got["inputSchema"]); err != nil {
 					t.Errorf("%s inputSchema: %v", want[i].Name, err)
 				}
-				if err := jsonschema.Check(got["outputSchema"]); err != nil {
+				if _, err := promcp.CompileSchema(got["outputSchema"]); err != nil {
 					t.Errorf("%s outputSchema: %v", want[i].Name, err)
 				}
 			}

@@ -203,7 +203,8 @@ var guardEffect = map[policy.Violation]string{
 
 func canDoDescription(m *manifest.Manifest) string {
 	return fmt.Sprintf("Checks, without acting, whether an intended action is allowed and feasible right now on %s."+
-		" Give intent.semantic_tags (what it is about), intent.action (%s), and for a change intent.target and intent.value."+
+		" Give intent.semantic_tags (what it is about), intent.action (%s), and for a change intent.target and intent.value"+
+		" (PhysMCP's query may stand for intent: give exactly one)."+
 		" Returns candidates (tool, permission, confidence, constraints, current state, valid_until), blocked tools with the reason,"+
 		" unroutable entries when nothing matches, and the read_* tools to check first."+
 		" Act only on a candidate whose permission is allowed, before its valid_until; confidence below 0.7 means confirm with a person first.",

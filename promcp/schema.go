@@ -7,9 +7,9 @@ import (
 	"github.com/physmcp/physmcpd/manifest"
 )
 
-// Schema is a JSON Schema (the draft 2020-12 subset internal/jsonschema
-// checks) as a JSON object. Every schema here is generated per tool from the
-// manifest, so clients see the units, bounds and enum values of the device.
+// Schema is a JSON Schema (draft 2020-12) as a JSON object. Every schema here
+// is generated per tool from the manifest, so clients see the units, bounds
+// and enum values of the device.
 type Schema = map[string]any
 
 var (
@@ -89,7 +89,10 @@ func DoOutputSchema(c *manifest.Capability) Schema {
 }
 
 // CanDoInputSchema is the input of can_do. PhysMCP's query and direction are
-// accepted as aliases of intent and action.
+// accepted as aliases of intent and action. Exactly one of intent and query
+// is required, but the schema only says so in words: model APIs (Anthropic,
+// OpenAI, Bedrock, Vertex) reject a top-level anyOf in a tool's input, so
+// ParseCanDo enforces it and answers malformed_request.
 func CanDoInputSchema() Schema {
 	intent := func(description string) Schema {
 		actions := make([]any, len(Actions))
@@ -111,16 +114,11 @@ func CanDoInputSchema() Schema {
 		return s
 	}
 	s := object(Schema{
-		"intent": intent("What you want to do."),
-		"query":  intent("PhysMCP alias of intent."),
+		"intent": intent("What you want to do. Required unless you give its alias query instead (never both)."),
+		"query":  intent("PhysMCP alias of intent: give intent or query, exactly one."),
 		"scope":  stringArray("Limit the answer to these capabilities, tools or device ids."),
 	})
-	// Each branch names its property again (as true) so strict validators
-	// (Ajv strictRequired) accept the required inside anyOf.
-	s["anyOf"] = []any{
-		Schema{"required": []any{"intent"}, "properties": Schema{"intent": true}},
-		Schema{"required": []any{"query"}, "properties": Schema{"query": true}},
-	}
+	s["description"] = "Give exactly one of intent and its PhysMCP alias query; neither or both is answered as malformed_request."
 	s["additionalProperties"] = false
 	return s
 }

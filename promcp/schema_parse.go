@@ -27,7 +27,7 @@ func ParseCanDo(args map[string]any) (CanDoRequest, error) {
 	case hasQuery:
 		intentArg, field = queryArg, "query"
 	case !hasIntent:
-		return req, fmt.Errorf("intent is required: {semantic_tags: [...], action: ..., target: ..., value: ...}")
+		return req, fmt.Errorf("intent (or its alias query) is required: {semantic_tags: [...], action: ..., target: ..., value: ...}")
 	}
 	intent, ok := intentArg.(map[string]any)
 	if !ok {

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/physmcp/physmcpd/internal/jsonschema"
 	"github.com/physmcp/physmcpd/manifest"
 )
 
@@ -36,19 +35,19 @@ type schemaCase struct {
 
 func (c schemaCase) run(t *testing.T) {
 	t.Helper()
-	if err := jsonschema.Check(c.schema); err != nil {
-		t.Fatalf("%s: schema is not in the supported subset: %v", c.name, err)
+	if _, err := CompileSchema(c.schema); err != nil {
+		t.Fatalf("%s: schema does not compile: %v", c.name, err)
 	}
 	if _, err := json.Marshal(c.schema); err != nil {
 		t.Fatalf("%s: schema does not marshal: %v", c.name, err)
 	}
 	for _, doc := range c.accept {
-		if err := jsonschema.Validate(c.schema, json.RawMessage(doc)); err != nil {
+		if err := Validate(c.schema, json.RawMessage(doc)); err != nil {
 			t.Errorf("%s: %s rejected: %v", c.name, doc, err)
 		}
 	}
 	for doc, want := range c.reject {
-		err := jsonschema.Validate(c.schema, json.RawMessage(doc))
+		err := Validate(c.schema, json.RawMessage(doc))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %s: got %v, want an error containing %q", c.name, doc, err, want)
 		}
@@ -66,21 +65,21 @@ func TestReadOutputSchema(t *testing.T) {
 			`{"value":null,"unit":"°C","timestamp":"` + ts + `","quality":"error","detail":"timeout"}`,
 		},
 		reject: map[string]string{
-			`{"value":"21","unit":"°C","timestamp":"` + ts + `","quality":"good"}`: "/value: got string, want number or null",
-			`{"value":21,"unit":"K","timestamp":"` + ts + `","quality":"good"}`:    `/unit: "K" is not "°C"`,
-			`{"value":21,"unit":"°C","timestamp":"now","quality":"good"}`:          "/timestamp",
-			`{"value":21,"unit":"°C","timestamp":"` + ts + `","quality":"fine"}`:   `/quality: "fine" is not one of`,
-			`{"value":21,"unit":"°C","quality":"good"}`:                            `missing required property "timestamp"`,
-			`{"unit":"°C","timestamp":"` + ts + `","quality":"good"}`:              `missing required property "value"`,
+			`{"value":"21","unit":"°C","timestamp":"` + ts + `","quality":"good"}`: "at '/value': got string, want null or number",
+			`{"value":21,"unit":"K","timestamp":"` + ts + `","quality":"good"}`:    "at '/unit': value must be '°C'",
+			`{"value":21,"unit":"°C","timestamp":"now","quality":"good"}`:          "at '/timestamp'",
+			`{"value":21,"unit":"°C","timestamp":"` + ts + `","quality":"fine"}`:   "at '/quality': value must be one of",
+			`{"value":21,"unit":"°C","quality":"good"}`:                            "missing property 'timestamp'",
+			`{"unit":"°C","timestamp":"` + ts + `","quality":"good"}`:              "missing property 'value'",
 		},
 	}, {
 		name:   "bool without unit",
 		schema: ReadOutputSchema(doorClosed),
 		accept: []string{`{"value":true,"unit":null,"timestamp":"` + ts + `","quality":"good"}`},
 		reject: map[string]string{
-			`{"value":1,"unit":null,"timestamp":"` + ts + `","quality":"good"}`:  "/value: got number, want boolean or null",
-			`{"value":true,"unit":"","timestamp":"` + ts + `","quality":"good"}`: "/unit: got string, want null",
-			`{"value":true,"timestamp":"` + ts + `","quality":"good"}`:           `missing required property "unit"`,
+			`{"value":1,"unit":null,"timestamp":"` + ts + `","quality":"good"}`:  "at '/value': got number, want null or boolean",
+			`{"value":true,"unit":"","timestamp":"` + ts + `","quality":"good"}`: "at '/unit': got string, want null",
+			`{"value":true,"timestamp":"` + ts + `","quality":"good"}`:           "missing property 'unit'",
 		},
 	}, {
 		name:   "enum",
@@ -89,7 +88,7 @@ func TestReadOutputSchema(t *testing.T) {
 			`{"value":"eco","unit":null,"timestamp":"` + ts + `","quality":"good"}`,
 			`{"value":null,"unit":null,"timestamp":"` + ts + `","quality":"degraded"}`,
 		},
-		reject: map[string]string{`{"value":"turbo","unit":null,"timestamp":"` + ts + `","quality":"good"}`: `"turbo" is not one of`},
+		reject: map[string]string{`{"value":"turbo","unit":null,"timestamp":"` + ts + `","quality":"good"}`: "at '/value': value must be one of 'off', 'eco', 'comfort'"},
 	}}
 	for _, c := range cases {
 		c.run(t)
@@ -106,25 +105,25 @@ func TestDoInputSchema(t *testing.T) {
 		schema: DoInputSchema(setpoint),
 		accept: []string{`{"value":21}`, `{"value":5,"idempotency_key":"k1"}`, `{"value":35.0}`},
 		reject: map[string]string{
-			`{"value":35.5}`:                    "/value: 35.5 is above the maximum 35",
-			`{"value":4}`:                       "/value: 4 is below the minimum 5",
-			`{"value":"21"}`:                    "/value: got string, want number",
-			`{"idempotency_key":"k"}`:           `missing required property "value"`,
-			`{"value":21,"idempotency_key":""}`: "/idempotency_key: is 0 characters long",
-			`{"value":21,"idempotency_key":3}`:  "/idempotency_key: got number, want string",
-			`{"value":21,"key":"k"}`:            `property "key" is not allowed`,
-			`{"value":21,"idempotency_key":"` + strings.Repeat("k", 129) + `"}`: "want at most 128",
+			`{"value":35.5}`:                    "at '/value': maximum: got 35.5, want 35",
+			`{"value":4}`:                       "at '/value': minimum: got 4, want 5",
+			`{"value":"21"}`:                    "at '/value': got string, want number",
+			`{"idempotency_key":"k"}`:           "missing property 'value'",
+			`{"value":21,"idempotency_key":""}`: "at '/idempotency_key': minLength: got 0, want 1",
+			`{"value":21,"idempotency_key":3}`:  "at '/idempotency_key': got number, want string",
+			`{"value":21,"key":"k"}`:            "additional properties 'key' not allowed",
+			`{"value":21,"idempotency_key":"` + strings.Repeat("k", 129) + `"}`: "maxLength: got 129, want 128",
 		},
 	}, {
 		name:   "int",
 		schema: DoInputSchema(fanSpeed),
 		accept: []string{`{"value":40}`, `{"value":40.0}`},
-		reject: map[string]string{`{"value":40.5}`: "got number, want integer", `{"value":101}`: "above the maximum 100"},
+		reject: map[string]string{`{"value":40.5}`: "got number, want integer", `{"value":101}`: "maximum: got 101, want 100"},
 	}, {
 		name:   "enum",
 		schema: DoInputSchema(mode),
 		accept: []string{`{"value":"eco"}`},
-		reject: map[string]string{`{"value":"turbo"}`: "is not one of", `{"value":1}`: "got number, want string"},
+		reject: map[string]string{`{"value":"turbo"}`: "value must be one of", `{"value":1}`: "got number, want string"},
 	}, {
 		name:   "string",
 		schema: DoInputSchema(label),
@@ -161,11 +160,11 @@ func TestDoOutputSchema(t *testing.T) {
 		schema: DoOutputSchema(setpoint),
 		accept: []string{string(success), string(failed)},
 		reject: map[string]string{
-			strings.Replace(string(success), `"success"`, `"done"`, 1):                        `/status: "done" is not one of`,
-			strings.Replace(string(success), `"compensable":true,`, ``, 1):                    `missing required property "compensable"`,
-			strings.Replace(string(failed), `"out_of_range"`, `"too_high"`, 1):                `/permission: "too_high" is not one of`,
-			strings.Replace(string(success), `"applied_value":21`, `"applied_value":"21"`, 1): "/applied_value: got string",
-			strings.Replace(string(failed), `"side_effects":[]`, `"side_effects":null`, 1):    "/side_effects: got null, want array",
+			strings.Replace(string(success), `"success"`, `"done"`, 1):                        "at '/status': value must be one of",
+			strings.Replace(string(success), `"compensable":true,`, ``, 1):                    "missing property 'compensable'",
+			strings.Replace(string(failed), `"out_of_range"`, `"too_high"`, 1):                "at '/permission': value must be one of",
+			strings.Replace(string(success), `"applied_value":21`, `"applied_value":"21"`, 1): "at '/applied_value': got string",
+			strings.Replace(string(failed), `"side_effects":[]`, `"side_effects":null`, 1):    "at '/side_effects': got null, want array",
 		},
 	}.run(t)
 }
@@ -193,17 +192,33 @@ func TestCanDoInputSchema(t *testing.T) {
 			`{"intent":{"semantic_tags":["heating","setpoint"],"action":"set","target":"heater_setpoint","value":21}}`,
 			`{"query":{"semantic_tags":["heating"],"direction":"increase"},"scope":["do_heater_setpoint"]}`,
 			`{"intent":{"semantic_tags":["door"],"action":"read","location":"hall"}}`,
+			// Exactly one of intent and query is ParseCanDo's to enforce:
+			// model APIs reject the top-level anyOf that would say it here.
+			`{}`,
 		},
 		reject: map[string]string{
-			`{}`:                              "matches none of anyOf",
-			`{"intent":{"semantic_tags":[]}}`: "/intent/semantic_tags: has 0 items",
-			`{"intent":{"action":"set"}}`:     `missing required property "semantic_tags"`,
-			`{"intent":{"semantic_tags":["a"],"action":"explode"}}`: `/intent/action: "explode" is not one of`,
-			`{"intent":{"semantic_tags":["a"],"value":{"x":1}}}`:    "/intent/value: got object",
-			`{"intent":{"semantic_tags":["a"]},"extra":1}`:          `property "extra" is not allowed`,
-			`{"intent":{"semantic_tags":["a"],"colour":"red"}}`:     `property "colour" is not allowed`,
+			`{"intent":{"semantic_tags":[]}}`:                       "at '/intent/semantic_tags': minItems: got 0, want 1",
+			`{"intent":{"action":"set"}}`:                           "missing property 'semantic_tags'",
+			`{"intent":{"semantic_tags":["a"],"action":"explode"}}`: "at '/intent/action': value must be one of",
+			`{"intent":{"semantic_tags":["a"],"value":{"x":1}}}`:    "at '/intent/value': got object",
+			`{"intent":{"semantic_tags":["a"]},"extra":1}`:          "additional properties 'extra' not allowed",
+			`{"intent":{"semantic_tags":["a"],"colour":"red"}}`:     "additional properties 'colour' not allowed",
 		},
 	}.run(t)
+}
+
+// The input says in words what the schema cannot: exactly one of intent and query.
+func TestCanDoInputSchemaDocumentsExactlyOne(t *testing.T) {
+	s := CanDoInputSchema()
+	if _, ok := s["anyOf"]; ok {
+		t.Error("can_do input has a top-level anyOf")
+	}
+	if d, _ := s["description"].(string); !strings.Contains(d, "exactly one of intent and its PhysMCP alias query") {
+		t.Errorf("description %q does not say exactly one of intent and query is required", d)
+	}
+	if req, ok := s["required"]; ok {
+		t.Errorf("required = %v: both intent and query are optional properties", req)
+	}
 }
 
 func TestCanDoOutputSchema(t *testing.T) {
@@ -235,12 +250,12 @@ func TestCanDoOutputSchema(t *testing.T) {
 		schema: CanDoOutputSchema(),
 		accept: []string{string(good), string(malformed)},
 		reject: map[string]string{
-			strings.Replace(string(good), `"valid_until":"`+ts+`",`, ``, 1):                     `/candidates/0: missing required property "valid_until"`,
-			strings.Replace(string(good), `"confidence":0.92`, `"confidence":1.2`, 1):           "/candidates/0/confidence: 1.2 is above the maximum 1",
-			strings.Replace(string(good), `"permission":"allowed"`, `"permission":"x_ok"`, 1):   `/candidates/0/permission: "x_ok" is not one of`,
-			strings.Replace(string(malformed), `"malformed_request"`, `"confused"`, 1):          `/unroutable/0/reason: "confused" is not one of`,
-			strings.Replace(string(malformed), `"outcome":"unroutable"`, `"outcome":"lost"`, 1): `/unroutable/0/outcome: "lost" is not "unroutable"`,
-			strings.Replace(string(good), `"query_id":"`, `"query_id":"q`, 1):                   "/query_id",
+			strings.Replace(string(good), `"valid_until":"`+ts+`",`, ``, 1):                     "at '/candidates/0': missing property 'valid_until'",
+			strings.Replace(string(good), `"confidence":0.92`, `"confidence":1.2`, 1):           "at '/candidates/0/confidence': maximum: got 1.2, want 1",
+			strings.Replace(string(good), `"permission":"allowed"`, `"permission":"x_ok"`, 1):   "at '/candidates/0/permission': value must be one of",
+			strings.Replace(string(malformed), `"malformed_request"`, `"confused"`, 1):          "at '/unroutable/0/reason': value must be one of",
+			strings.Replace(string(malformed), `"outcome":"unroutable"`, `"outcome":"lost"`, 1): "at '/unroutable/0/outcome': value must be 'unroutable'",
+			strings.Replace(string(good), `"query_id":"`, `"query_id":"q`, 1):                   "at '/query_id'",
 		},
 	}.run(t)
 }
@@ -277,7 +292,7 @@ func TestParseCanDo(t *testing.T) {
 	}
 
 	bad := map[string]string{
-		`{}`: "intent is required",
+		`{}`: "intent (or its alias query) is required",
 		`{"intent":{"semantic_tags":["a"]},"query":{"semantic_tags":["a"]}}`: "not both",
 		`{"intent":"heat"}`:                                                      "intent must be an object, not a string",
 		`{"query":{"semantic_tags":[]}}`:                                         "query.semantic_tags must list at least one tag",
@@ -310,7 +325,7 @@ func TestNewUUID(t *testing.T) {
 	if a == b {
 		t.Fatal("two query ids are equal")
 	}
-	if err := jsonschema.Validate(Schema{"type": "string", "format": "uuid"}, a); err != nil {
+	if err := Validate(Schema{"type": "string", "format": "uuid"}, a); err != nil {
 		t.Fatal(err)
 	}
 	if a[14] != '4' || !strings.ContainsRune("89ab", rune(a[19])) {

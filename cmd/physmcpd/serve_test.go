@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/physmcp/physmcpd/internal/jsonschema"
+	"github.com/physmcp/physmcpd/promcp"
 )
 
 const (
@@ -176,7 +176,7 @@ func TestToolsJSON(t *testing.T) {
 			t.Errorf("%s: responseSchema differs from outputSchema", tool.Name)
 		}
 		for name, schema := range map[string]json.RawMessage{"input": tool.InputSchema, "output": tool.OutputSchema} {
-			if err := jsonschema.Check(schema); err != nil {
+			if _, err := promcp.CompileSchema(schema); err != nil {
 				t.Errorf("%s %sSchema: %v", tool.Name, name, err)
 			}
 		}
