@@ -64,6 +64,17 @@ func loadAccessManifest(t *testing.T) *manifest.Manifest {
 // files (key files) into a fresh temp dir; overrideKey enables overrides.
 func startAccessDevice(t *testing.T, policyYAML string, files map[string]string, overrideKey []byte, maxBody int64) *accessDevice {
 	t.Helper()
+	d, h := newAccessDevice(t, policyYAML, files, overrideKey, mcpserver.Access{MaxBodyBytes: maxBody})
+	ts := httptest.NewServer(h)
+	t.Cleanup(ts.Close)
+	d.url = ts.URL
+	return d
+}
+
+// newAccessDevice is the test boiler behind Protect, not yet served; acc
+// gives the limits, the rest of Access comes from the policy.
+func newAccessDevice(t *testing.T, policyYAML string, files map[string]string, overrideKey []byte, acc mcpserver.Access) (*accessDevice, http.Handler) {
+	t.Helper()
 	m := loadAccessManifest(t)
 	dir := t.TempDir()
 	for name, data := range files {
@@ -101,13 +112,10 @@ func startAccessDevice(t *testing.T, policyYAML string, files map[string]string,
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := mcpserver.Protect(mcpserver.NewHTTPHandler(s, quietLogger()), mcpserver.Access{
-		Auth: a, Local: auth.Principal{Name: "local", Role: p.LocalRole(), Method: auth.MethodLocal},
-		Permits: mcpserver.RolePermits(e), MaxBodyBytes: maxBody, ResourceName: m.Device.ID, Logger: quietLogger(),
-	})
-	ts := httptest.NewServer(h)
-	t.Cleanup(ts.Close)
-	return &accessDevice{url: ts.URL, bus: bus, clock: clock, audit: audit, dir: dir}
+	acc.Auth, acc.Local = a, auth.Principal{Name: "local", Role: p.LocalRole(), Method: auth.MethodLocal}
+	acc.Permits, acc.ResourceName, acc.Logger = mcpserver.RolePermits(e), m.Device.ID, quietLogger()
+	h := mcpserver.Protect(mcpserver.NewHTTPHandler(s, quietLogger()), acc)
+	return &accessDevice{bus: bus, clock: clock, audit: audit, dir: dir}, h
 }
 
 // connect starts an MCP client on the device's endpoint.

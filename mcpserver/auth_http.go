@@ -10,8 +10,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/physmcp/physmcpd/auth"
 	"github.com/physmcp/physmcpd/manifest"
@@ -20,6 +22,16 @@ import (
 
 // DefaultMaxBodyBytes bounds an HTTP request body unless Access says otherwise.
 const DefaultMaxBodyBytes = 1 << 20
+
+// DefaultBodyTimeout bounds the time to receive a request body unless Access
+// says otherwise: JSON-RPC bodies are small, and even the largest allowed one
+// crosses a slow link well within it.
+const DefaultBodyTimeout = 30 * time.Second
+
+// refusedBodyGrace is how long the body of a request refused unread may
+// still arrive: it is drained only so that the client reads the refusal
+// rather than a connection reset, and one sent with its headers is there by then.
+const refusedBodyGrace = time.Second
 
 // ProtectedResourcePath is where the RFC 9728 protected resource metadata is
 // served; the metadata of an endpoint is at this path followed by the
@@ -42,6 +54,9 @@ type Access struct {
 	AllowedOrigins []string
 	// MaxBodyBytes bounds a request body; 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// BodyTimeout bounds the time from the end of the headers to the end of
+	// the body (408 after it); 0 means DefaultBodyTimeout.
+	BodyTimeout time.Duration
 	// ResourceName names the device in the protected resource metadata.
 	ResourceName string
 	// Logger defaults to slog.Default().
@@ -50,11 +65,15 @@ type Access struct {
 
 // Protect applies acc in front of next, in this order: Origin (403), the
 // protected resource metadata (served without credentials), the bearer token
-// (401 with WWW-Authenticate), the body limit (413) and, for tools/call, the
-// caller's role (403).
+// (401 with WWW-Authenticate), the body limits (413, 408) and, for
+// tools/call, the caller's role (403). Nothing refused before the body limits
+// has its body read: the connection closes after the answer.
 func Protect(next http.Handler, acc Access) http.Handler {
 	if acc.MaxBodyBytes <= 0 {
 		acc.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if acc.BodyTimeout <= 0 {
+		acc.BodyTimeout = DefaultBodyTimeout
 	}
 	if acc.Logger == nil {
 		acc.Logger = slog.Default()
@@ -73,12 +92,14 @@ type protector struct {
 func (p *protector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if origin := r.Header.Get("Origin"); origin != "" && !p.originAllowed(origin, r) {
 		p.acc.Logger.Info("HTTP request refused: foreign Origin", "origin", origin, "remote", r.RemoteAddr)
+		p.leaveBodyUnread(w, r)
 		writeJSON(w, http.StatusForbidden, map[string]string{"error": "forbidden",
 			"error_description": fmt.Sprintf("Origin %s is not allowed (DNS rebinding protection); start serve with --allow-origin %s to allow it", origin, origin)})
 		return
 	}
 	required := p.acc.Auth.Required()
 	if path, ok := strings.CutPrefix(r.URL.Path, ProtectedResourcePath); ok && (path == "" || strings.HasPrefix(path, "/")) {
+		p.leaveBodyUnread(w, r)
 		if !required {
 			http.NotFound(w, r)
 			return
@@ -91,28 +112,64 @@ func (p *protector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var err error
 		principal, err = p.acc.Auth.Authenticate(r.Header.Get("Authorization"))
 		if err != nil {
+			p.leaveBodyUnread(w, r)
 			p.unauthorized(w, r, err)
 			return
 		}
 	}
-	if r.Method == http.MethodPost && r.Body != nil {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.acc.MaxBodyBytes))
-		if err != nil {
-			if errors.As(err, new(*http.MaxBytesError)) {
-				writeJSON(w, http.StatusRequestEntityTooLarge, rpcError(nil, -32600, fmt.Sprintf("request body larger than %d bytes", p.acc.MaxBodyBytes), nil))
-				return
-			}
-			writeJSON(w, http.StatusBadRequest, rpcError(nil, -32700, fmt.Sprintf("reading the request body: %v", err), nil))
+	if r.ContentLength != 0 { // a body follows (-1: of unknown length)
+		body, ok := p.readBody(w, r)
+		if !ok {
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
-		if id, tool, denied := p.deniedCall(body, principal, r.RemoteAddr); denied {
-			p.forbidden(w, id, tool, principal)
-			return
+		if r.Method == http.MethodPost { // MCP reads no other body
+			if id, tool, denied := p.deniedCall(body, principal, r.RemoteAddr); denied {
+				p.forbidden(w, id, tool, principal)
+				return
+			}
 		}
 	}
 	p.next.ServeHTTP(w, r.WithContext(auth.WithPrincipal(r.Context(), principal)))
+}
+
+// readBody reads the request body within BodyTimeout and MaxBodyBytes, or
+// answers the request itself.
+func (p *protector) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	// The deadline ends with the body: net/http clears it before reading on
+	// in the background (HTTP/1), or it only closes the body (HTTP/2), so a
+	// long answer (an SSE stream) is not cut. SetReadDeadline fails only for
+	// writers without a connection (tests), which have none to hold either.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(p.acc.BodyTimeout))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.acc.MaxBodyBytes))
+	switch {
+	case err == nil:
+		return body, true
+	case errors.As(err, new(*http.MaxBytesError)):
+		writeJSON(w, http.StatusRequestEntityTooLarge, rpcError(nil, -32600, fmt.Sprintf("request body larger than %d bytes", p.acc.MaxBodyBytes), nil))
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		p.acc.Logger.Info("HTTP request refused: body too slow", "remote", r.RemoteAddr, "timeout", p.acc.BodyTimeout)
+		w.Header().Set("Connection", "close")
+		writeJSON(w, http.StatusRequestTimeout, rpcError(nil, -32600, fmt.Sprintf("request body not received within %s", p.acc.BodyTimeout), nil))
+	default:
+		writeJSON(w, http.StatusBadRequest, rpcError(nil, -32700, fmt.Sprintf("reading the request body: %v", err), nil))
+	}
+	return nil, false
+}
+
+// leaveBodyUnread is called before refusing a request without reading its
+// body. On HTTP/1 net/http would read what is left of the body before the
+// answer, for the next request on the connection, as long as the client
+// takes to send it; instead the connection closes after the answer, and the
+// body gets refusedBodyGrace to arrive. (On HTTP/2 an unread body holds
+// nothing, and closing would end the client's other streams.)
+func (p *protector) leaveBodyUnread(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength == 0 || r.ProtoMajor != 1 {
+		return
+	}
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(min(refusedBodyGrace, p.acc.BodyTimeout)))
 }
 
 // originAllowed accepts loopback origins (local tools such as an inspector),

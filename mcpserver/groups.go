@@ -196,11 +196,12 @@ func NewEndpoints(e *engine.Engine, opts Options) ([]Endpoint, error) {
 	return eps, nil
 }
 
-// NewEndpointsHandler serves each endpoint over streamable HTTP at its path.
+// NewEndpointsHandler serves each endpoint over streamable HTTP at its path,
+// their sessions bounded together by limits (zero fields take the defaults).
 // When every capability has a group, EndpointPath answers 404 naming the
 // group endpoints, so a client pointed at it learns where to go.
-func NewEndpointsHandler(eps []Endpoint, logger *slog.Logger) *HTTPHandler {
-	h := newHTTPHandler(logger)
+func NewEndpointsHandler(eps []Endpoint, logger *slog.Logger, limits SessionLimits) *HTTPHandler {
+	h := newHTTPHandler(logger, limits)
 	var paths []string
 	for _, ep := range eps {
 		h.mount(ep.Path, ep.Server)

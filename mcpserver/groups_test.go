@@ -119,7 +119,7 @@ func TestEndpointsHandler(t *testing.T) {
 	if len(eps) != 2 || eps[0].Path != "/mcp/operation" || eps[1].Path != "/mcp/monitoring" {
 		t.Fatalf("endpoints %+v", eps)
 	}
-	h := mcpserver.NewEndpointsHandler(eps, quietLogger())
+	h := mcpserver.NewEndpointsHandler(eps, quietLogger(), mcpserver.SessionLimits{})
 	ts := httptest.NewServer(h)
 	t.Cleanup(ts.Close)
 	t.Cleanup(func() { h.CloseSessions(context.Background()) })

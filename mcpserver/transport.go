@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/mark3labs/mcp-go/server"
 )
@@ -30,33 +31,35 @@ const EndpointPath = "/mcp"
 // negotiates every protocol version it knows (2024-11-05 up to 2025-11-25
 // through initialize, 2026-07-28 through server/discover), and rejects
 // requests that arrive on a loopback address with a non-loopback Host header
-// (DNS rebinding protection, left on).
+// (DNS rebinding protection, left on). Sessions are bounded by SessionLimits.
 type HTTPHandler struct {
 	mux        *http.ServeMux
 	logger     *slog.Logger
+	sessions   *sessionTable
 	transports []*server.StreamableHTTPServer // one per endpoint (see NewEndpointsHandler)
 }
 
-// NewHTTPHandler wraps s for HTTP. logger receives transport-level events
-// (nil means slog.Default()).
+// NewHTTPHandler wraps s for HTTP with the default session limits. logger
+// receives transport-level events (nil means slog.Default()).
 func NewHTTPHandler(s *server.MCPServer, logger *slog.Logger) *HTTPHandler {
-	h := newHTTPHandler(logger)
+	h := newHTTPHandler(logger, SessionLimits{})
 	h.mount(EndpointPath, s)
 	return h
 }
 
-func newHTTPHandler(logger *slog.Logger) *HTTPHandler {
+func newHTTPHandler(logger *slog.Logger, limits SessionLimits) *HTTPHandler {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &HTTPHandler{mux: http.NewServeMux(), logger: logger}
+	return &HTTPHandler{mux: http.NewServeMux(), logger: logger, sessions: newSessionTable(limits, logger)}
 }
 
-// mount serves s at path.
+// mount serves s at path, its sessions kept in h's table.
 func (h *HTTPHandler) mount(path string, s *server.MCPServer) {
-	t := server.NewStreamableHTTPServer(s, server.WithStreamableHTTPLogger(h.logger))
-	h.mux.Handle(path, t)
-	h.transports = append(h.transports, t)
+	ep := &sessionEndpoint{table: h.sessions}
+	ep.transport = server.NewStreamableHTTPServer(s, server.WithStreamableHTTPLogger(h.logger), server.WithSessionIdManagerResolver(ep))
+	h.mux.Handle(path, ep)
+	h.transports = append(h.transports, ep.transport)
 }
 
 func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
@@ -67,4 +70,21 @@ func (h *HTTPHandler) CloseSessions(ctx context.Context) {
 	for _, t := range h.transports {
 		t.CloseSessions(ctx)
 	}
+}
+
+// readHeaderTimeout bounds how long a client may take to send a request's
+// headers; Access.BodyTimeout bounds its body.
+const readHeaderTimeout = 10 * time.Second
+
+// idleTimeout closes a keep-alive connection no request has used for this
+// long. It is longer than the idle timeout of Go's HTTP clients (90 s), so
+// that they close first and do not send on a connection being closed.
+const idleTimeout = 2 * time.Minute
+
+// NewHTTPServer is the http.Server for h. It has no WriteTimeout, which
+// would cut the long-lived SSE streams of MCP (the GET stream, a call waiting
+// for a person's approval), and no ReadTimeout: Protect gives each request
+// body its own deadline, shorter for requests it refuses.
+func NewHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout}
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -221,7 +220,7 @@ func serve(ctx context.Context, cfg serveConfig, stdin io.Reader, stdout, stderr
 			logger.Error("cannot serve HTTP", "err", err)
 			return 1
 		}
-		return serveHTTP(ctx, cfg, mcpserver.NewEndpointsHandler(eps, logger), acc, logger)
+		return serveHTTP(ctx, cfg, mcpserver.NewEndpointsHandler(eps, logger, cfg.access.sessionLimits()), acc, logger)
 	}
 	logger.Info("stopped")
 	return 0
@@ -233,7 +232,7 @@ func serveHTTP(ctx context.Context, cfg serveConfig, h *mcpserver.HTTPHandler, a
 		logger.Error("cannot listen", "addr", cfg.httpAddr, "err", err)
 		return 1
 	}
-	srv := &http.Server{Handler: mcpserver.Protect(h, acc), ReadHeaderTimeout: 10 * time.Second}
+	srv := mcpserver.NewHTTPServer(mcpserver.Protect(h, acc))
 	done := make(chan error, 1)
 	scheme := "http"
 	if cfg.access.tls() {
@@ -242,7 +241,8 @@ func serveHTTP(ctx context.Context, cfg serveConfig, h *mcpserver.HTTPHandler, a
 	} else {
 		go func() { done <- srv.Serve(ln) }()
 	}
-	logger.Info("listening", "url", scheme+"://"+ln.Addr().String()+mcpserver.EndpointPath)
+	logger.Info("listening", "url", scheme+"://"+ln.Addr().String()+mcpserver.EndpointPath,
+		"max_sessions", cfg.access.maxSessions, "session_idle_timeout", cfg.access.sessionIdle, "body_timeout", cfg.access.bodyTimeout)
 	stopping := notifyReady(ctx, logger)
 	defer stopping()
 

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/physmcp/physmcpd/audit"
 	"github.com/physmcp/physmcpd/auth"
@@ -19,12 +20,16 @@ import (
 	"github.com/physmcp/physmcpd/policy"
 )
 
-// accessFlags are serve's flags for who may use the HTTP endpoints.
+// accessFlags are serve's flags for who may use the HTTP endpoints and how
+// much of the server one caller may hold.
 type accessFlags struct {
 	tlsCert, tlsKey string
 	overrideKey     string
 	origins         stringList
 	maxBody         int64
+	bodyTimeout     time.Duration
+	maxSessions     int
+	sessionIdle     time.Duration
 }
 
 type stringList []string
@@ -38,6 +43,13 @@ func (f *accessFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.overrideKey, "override-key", "", "key file that verifies emergency override tokens (see physmcpd token override)")
 	fs.Var(&f.origins, "allow-origin", "a browser Origin allowed besides loopback and same-origin ones, e.g. https://console.example.com (repeatable)")
 	fs.Int64Var(&f.maxBody, "max-body", mcpserver.DefaultMaxBodyBytes, "largest HTTP request body in bytes (larger ones get 413)")
+	fs.DurationVar(&f.bodyTimeout, "body-timeout", mcpserver.DefaultBodyTimeout, "time an HTTP client has to send a request body after its headers (then 408 and the connection closes)")
+	fs.IntVar(&f.maxSessions, "max-sessions", mcpserver.DefaultMaxSessions, "most MCP sessions open at once over HTTP; an initialize beyond them gets 503")
+	fs.DurationVar(&f.sessionIdle, "session-idle-timeout", mcpserver.DefaultSessionIdleTimeout, "an HTTP MCP session without a request for this long is released (its client must initialize again)")
+}
+
+func (f *accessFlags) sessionLimits() mcpserver.SessionLimits {
+	return mcpserver.SessionLimits{IdleTimeout: f.sessionIdle, MaxSessions: f.maxSessions}
 }
 
 // check validates the flags that need no files.
@@ -47,6 +59,15 @@ func (f *accessFlags) check() error {
 	}
 	if f.maxBody <= 0 {
 		return fmt.Errorf("--max-body %d: must be positive", f.maxBody)
+	}
+	if f.bodyTimeout <= 0 {
+		return fmt.Errorf("--body-timeout %s: must be positive", f.bodyTimeout)
+	}
+	if f.maxSessions <= 0 {
+		return fmt.Errorf("--max-sessions %d: must be positive", f.maxSessions)
+	}
+	if f.sessionIdle <= 0 {
+		return fmt.Errorf("--session-idle-timeout %s: must be positive", f.sessionIdle)
 	}
 	return nil
 }
@@ -111,6 +132,7 @@ func httpAccess(cfg serveConfig, m *manifest.Manifest, p *policy.Policy, e *engi
 		Permits:        mcpserver.RolePermits(e),
 		AllowedOrigins: f.origins,
 		MaxBodyBytes:   f.maxBody,
+		BodyTimeout:    f.bodyTimeout,
 		ResourceName:   m.Device.ID,
 		Logger:         logger,
 	}, nil

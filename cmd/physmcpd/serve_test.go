@@ -56,6 +56,9 @@ func TestServeUsageErrors(t *testing.T) {
 		"not a loopback address":                  {"--manifest", "m.yml", "--http", "0.0.0.0:1"},
 		`unexpected argument "extra"`:             {"--manifest", "m.yml", "extra"},
 		"flag provided but not defined: -tcp":     {"--manifest", "m.yml", "--tcp"},
+		"--max-sessions 0: must be positive":      {"--manifest", "m.yml", "--max-sessions", "0"},
+		"--session-idle-timeout 0s: must be":      {"--manifest", "m.yml", "--session-idle-timeout", "0"},
+		"--body-timeout -1s: must be positive":    {"--manifest", "m.yml", "--body-timeout", "-1s"},
 	}
 	for want, args := range cases {
 		var stderr bytes.Buffer
