@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -347,8 +348,10 @@ func degrade(b *manifest.Bus, bus Bus, first error, open func(context.Context) (
 // describeBus names a bus that is not open, as its driver would.
 func describeBus(b *manifest.Bus) string {
 	switch {
-	case b.I2C != nil:
+	case b.I2C != nil && strings.HasPrefix(b.I2C.Device, "/dev/"):
 		return "i2c " + b.I2C.Device
+	case b.I2C != nil:
+		return "i2c /dev/i2c-" + b.I2C.Device
 	case b.GPIO != nil && b.GPIO.Path != "":
 		return "gpio " + b.GPIO.Path
 	case b.GPIO != nil:
