@@ -96,6 +96,7 @@ func TestServeWithMissingSerialAdapter(t *testing.T) {
 	clientIn, serverOut := io.Pipe()
 	serverIn, clientOut := io.Pipe()
 	t.Cleanup(func() { clientOut.Close() })
+	started := time.Now()
 	logs := serveInProcess(t, []string{"--manifest", rtuManifest(t, port), "--policy", serveExamplePolicy, "--state-dir", t.TempDir(), "--stdio"}, serverIn, serverOut)
 	c := dialMCP(t, transport.NewIO(clientIn, clientOut, io.NopCloser(strings.NewReader(""))))
 
@@ -117,6 +118,8 @@ func TestServeWithMissingSerialAdapter(t *testing.T) {
 	for i, reg := range float32Regs(45) {
 		dev.Set(modbusfault.InputRegisters, 2+uint16(i), reg)
 	}
+	// by now the retries are at their longest wait
+	time.Sleep(time.Until(started.Add(4 * time.Second)))
 	if err := os.Symlink(dev.Path(), port); err != nil {
 		t.Fatal(err)
 	}
