@@ -251,8 +251,8 @@ func TestSessionCap(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusServiceUnavailable || refusal.ID != 1 || refusal.Error.Data.MaxSessions != 2 {
 		t.Fatalf("refusal: %d %+v %v", resp.StatusCode, refusal, err)
 	}
-	// Both sessions are idle, due in about a minute.
-	if after, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || after < 50 || after > 60 {
+	// Both sessions are idle, due in a minute, released within 15 s more.
+	if after, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || after < 70 || after > 75 {
 		t.Errorf("Retry-After %q, want the time until the first idle session is released", resp.Header.Get("Retry-After"))
 	}
 
@@ -306,6 +306,50 @@ func TestSessionCapUnderConcurrency(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNotFound {
 		t.Errorf("GET under an unknown session: %d, want 404", resp.StatusCode)
+	}
+}
+
+// A session belongs to the endpoint that created it: another endpoint does
+// not know it and cannot end it.
+func TestSessionsStayWithTheirEndpoint(t *testing.T) {
+	e := pumpSkid(t)
+	eps, err := mcpserver.NewEndpoints(e, groupOptions(e, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mcpserver.NewEndpointsHandler(eps, quietLogger(), mcpserver.SessionLimits{})
+	t.Cleanup(func() { h.CloseSessions(context.Background()) })
+	base, _ := loopback(t, h)
+	own, other := base+eps[0].Path, base+eps[1].Path
+	id, err := openSession(http.DefaultClient, own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(method, url string) int {
+		t.Helper()
+		var body io.Reader
+		if method == http.MethodPost {
+			body = strings.NewReader(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+		}
+		req, err := http.NewRequest(method, url, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Mcp-Session-Id", id)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if status := send(http.MethodPost, other); status != http.StatusNotFound {
+		t.Errorf("the session on another endpoint: %d, want 404", status)
+	}
+	send(http.MethodDelete, other)
+	if status := send(http.MethodPost, own); status != http.StatusOK {
+		t.Errorf("after a DELETE on another endpoint: %d, want 200", status)
 	}
 }
 

@@ -74,7 +74,7 @@ type sessionTable struct {
 	// that concurrent initializes cannot overshoot the cap.
 	pending int
 	sweep   *time.Timer // armed while there are sessions
-	full    bool        // the cap was reached (logged once until there is room again)
+	full    bool        // the last admission was refused (logged when it starts)
 }
 
 type sessionEntry struct {
@@ -93,13 +93,14 @@ func newSessionTable(limits SessionLimits, logger *slog.Logger) *sessionTable {
 	return &sessionTable{limits: limits.withDefaults(), logger: logger, byID: map[string]*sessionEntry{}}
 }
 
-// admit reserves room for a new session, or says how long until an idle
-// session is due to be released when there is none.
+// admit reserves room for a new session, or says when an idle session
+// should have been released when there is none.
 func (t *sessionTable) admit() (*admission, time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.byID)+t.pending < t.limits.MaxSessions {
 		t.pending++
+		t.full = false
 		return &admission{}, 0
 	}
 	if !t.full {
@@ -114,7 +115,7 @@ func (t *sessionTable) admit() (*admission, time.Duration) {
 			soonest = min(soonest, e.idleSince.Add(t.limits.IdleTimeout).Sub(now))
 		}
 	}
-	return nil, soonest
+	return nil, soonest + t.limits.IdleTimeout/4 // the sweep's period (expire)
 }
 
 // create records a new session of ep. A session created for an admitted
@@ -139,22 +140,22 @@ func (t *sessionTable) create(ep *sessionEndpoint, adm *admission) string {
 // release ends an admitted request: its session (if it made one) becomes
 // idle, else its reservation is returned.
 func (t *sessionTable) release(adm *admission) {
-	if adm.id != "" {
-		t.end(adm.id)
-		return
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.pending--
+	if adm.id == "" {
+		t.pending--
+		return
+	}
+	t.endLocked(adm.id)
 }
 
-// begin marks a request of session id in progress; false if the session is
-// unknown (never created, ended or released).
-func (t *sessionTable) begin(id string) bool {
+// begin marks a request of session id of ep in progress; false if ep has no
+// such session (never created, ended or released).
+func (t *sessionTable) begin(ep *sessionEndpoint, id string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.byID[id]
-	if e == nil {
+	if e == nil || e.ep != ep {
 		return false
 	}
 	e.busy++
@@ -164,6 +165,10 @@ func (t *sessionTable) begin(id string) bool {
 func (t *sessionTable) end(id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.endLocked(id)
+}
+
+func (t *sessionTable) endLocked(id string) {
 	if e := t.byID[id]; e != nil {
 		e.busy--
 		if e.busy == 0 {
@@ -172,18 +177,21 @@ func (t *sessionTable) end(id string) {
 	}
 }
 
-func (t *sessionTable) known(id string) bool {
+// known says whether ep has session id: ids are not shared between endpoints.
+func (t *sessionTable) known(ep *sessionEndpoint, id string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.byID[id] != nil
+	e := t.byID[id]
+	return e != nil && e.ep == ep
 }
 
-// remove forgets a session (ended by DELETE or at shutdown).
-func (t *sessionTable) remove(id string) {
+// remove forgets session id of ep (ended by DELETE or at shutdown).
+func (t *sessionTable) remove(ep *sessionEndpoint, id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	delete(t.byID, id)
-	t.full = t.full && len(t.byID) >= t.limits.MaxSessions
+	if e := t.byID[id]; e != nil && e.ep == ep {
+		delete(t.byID, id)
+	}
 }
 
 // expire releases the sessions idle past the timeout; it runs every quarter
@@ -213,7 +221,6 @@ func (t *sessionTable) expire() {
 		}
 		t.byID = byID
 	}
-	t.full = t.full && open >= t.limits.MaxSessions
 	t.sweep = nil
 	if open > 0 {
 		t.sweep = time.AfterFunc(t.limits.IdleTimeout/4, t.expire)
@@ -257,14 +264,14 @@ func (m sessionIDs) Generate() string { return m.ep.table.create(m.ep, m.adm) }
 // Validate refuses unknown ids, which mcp-go answers 404: the client must
 // initialize again (MCP streamable HTTP, session management).
 func (m sessionIDs) Validate(id string) (bool, error) {
-	if !m.ep.table.known(id) {
+	if !m.ep.table.known(m.ep, id) {
 		return false, fmt.Errorf("unknown or expired session %q", id)
 	}
 	return false, nil
 }
 
 func (m sessionIDs) Terminate(id string) (bool, error) {
-	m.ep.table.remove(id)
+	m.ep.table.remove(m.ep, id)
 	return false, nil
 }
 
@@ -288,7 +295,7 @@ func (ep *sessionEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer ep.table.release(adm)
 		r = r.WithContext(context.WithValue(r.Context(), admissionKey{}, adm))
 	case id != "":
-		if ep.table.begin(id) {
+		if ep.table.begin(ep, id) {
 			defer ep.table.end(id)
 		} else if r.Method == http.MethodGet {
 			// mcp-go would open a stream under an id it does not check.
