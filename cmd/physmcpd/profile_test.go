@@ -16,6 +16,8 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"go.bug.st/serial"
+
+	"github.com/physmcp/physmcpd/internal/testenv"
 )
 
 // keepMemoryLimit undoes the Lite profile's GOMEMLIMIT after the test, so
@@ -166,10 +168,7 @@ func socatPtyPair(t *testing.T) (string, string) {
 	t.Helper()
 	socat, err := exec.LookPath("socat")
 	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("socat is missing (CI installs it in .ci/run)")
-		}
-		t.Skip("socat is missing: apt-get install socat")
+		testenv.Missing(t, "socat is missing: apt-get install socat (.ci/run installs it)")
 	}
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "physmcpd"), filepath.Join(dir, "proxy")

@@ -16,6 +16,8 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/physmcp/physmcpd/internal/testenv"
 )
 
 const (
@@ -41,12 +43,7 @@ var lineNames = map[int]string{ledLine: "STATUS_LED", buttonLine: "BUTTON", rela
 // failing on CI) without them.
 func prerequisites(t *testing.T) (qemu, kernelDir string) {
 	t.Helper()
-	missing := func(what string) {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is missing: %s", what, setupHint)
-		}
-		t.Skipf("%s is missing: %s", what, setupHint)
-	}
+	missing := func(what string) { testenv.Missing(t, "%s is missing: %s", what, setupHint) }
 	qemu, err := exec.LookPath("qemu-system-arm")
 	if err != nil {
 		missing("qemu-system-arm")

@@ -23,6 +23,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/physmcp/physmcpd/internal/testenv"
 )
 
 const installHint = "bash .ci/setup.d/60-interop-node.sh (node 22 and the pinned MCP tools via npm ci in test/interop)"
@@ -73,15 +75,12 @@ var allScenarios = []string{
 	"prompts-get-with-args", "prompts-get-embedded-resource", "prompts-get-with-image", "dns-rebinding-protection",
 }
 
-// needNode skips (or under CI fails) when the pinned node tools are missing.
+// needNode skips (or under CI=true fails) when the pinned node tools are missing.
 func needNode(t *testing.T) {
 	t.Helper()
 	for _, f := range []string{node, conformance, sdkInstalled} {
 		if _, err := os.Stat(f); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("%s is missing under CI; install with: %s", f, installHint)
-			}
-			t.Skipf("%s is missing; install with: %s", f, installHint)
+			testenv.Missing(t, "%s is missing; install with: %s", f, installHint)
 		}
 	}
 }
