@@ -220,13 +220,3 @@ func TestValidateSaysWhatLiteLeavesOut(t *testing.T) {
 		t.Errorf("validate without --profile talks about lite:\n%s", stdout.String())
 	}
 }
-
-func TestVersion(t *testing.T) {
-	var stdout bytes.Buffer
-	if code := run([]string{"version"}, &stdout, io.Discard); code != 0 || !strings.HasPrefix(stdout.String(), "physmcpd dev (linux/") {
-		t.Errorf("exit %d: %q", code, stdout.String())
-	}
-	if code := run([]string{"version", "extra"}, io.Discard, io.Discard); code != 2 {
-		t.Errorf("version extra: exit %d, want 2", code)
-	}
-}
