@@ -25,7 +25,7 @@ type Session interface {
 // act, and checks their answers against the proMCP contracts and the tools'
 // own output schemas. It never calls a do_* tool.
 func Live(ctx context.Context, s Session, tools []Tool) (findings []Finding, notes []string) {
-	l := &live{s: s, served: map[string]Tool{}}
+	l := &live{s: s, served: map[string]Tool{}, schemas: map[string]*jsonschema.Schema{}}
 	for _, t := range tools {
 		l.served[t.Name] = t
 	}
@@ -41,8 +41,11 @@ func Live(ctx context.Context, s Session, tools []Tool) (findings []Finding, not
 }
 
 type live struct {
-	s        Session
-	served   map[string]Tool
+	s      Session
+	served map[string]Tool
+	// schemas holds each output schema compiled once (can_do is called many
+	// times, and compiling costs ~200 times a validation); nil when it does not compile.
+	schemas  map[string]*jsonschema.Schema
 	findings []Finding
 	notes    []string
 }
@@ -65,14 +68,26 @@ func (l *live) call(ctx context.Context, t Tool, args map[string]any, what strin
 		l.add(finding("live-call", t.Name, "%s: the answer has no JSON object (structuredContent or JSON text)", what))
 		return nil, isError, false
 	}
-	if t.OutputSchema != nil {
-		if s, err := compileSchema(t.OutputSchema); err != nil {
-			l.note("%s: output schema not checked live (%v)", t.Name, err)
-		} else if err := s.Validate(obj); err != nil {
+	if s := l.outputSchema(t); s != nil {
+		if err := s.Validate(obj); err != nil {
 			l.add(finding("live-output-schema", t.Name, "%s: the answer does not match the tool's outputSchema: %v", what, err))
 		}
 	}
 	return obj, isError, true
+}
+
+// outputSchema is t's compiled output schema, or nil (noted once) when it
+// has none or it does not compile.
+func (l *live) outputSchema(t Tool) *jsonschema.Schema {
+	if s, done := l.schemas[t.Name]; done || t.OutputSchema == nil {
+		return s
+	}
+	s, err := compileSchema(t.OutputSchema)
+	if err != nil {
+		l.note("%s: output schema not checked live (%v)", t.Name, err)
+	}
+	l.schemas[t.Name] = s
+	return s
 }
 
 // compileSchema compiles a server's schema with formats asserted. A $ref is
