@@ -212,10 +212,10 @@ func unitOf(c *manifest.Capability) *string {
 // timed runs one driver transaction under the capability's timeout and feeds
 // the latency estimate can_do reports.
 func (e *Engine) timed(ctx context.Context, pt *point, f func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, pt.c.Timeout())
-	defer cancel()
 	start := time.Now()
-	err := f(ctx)
+	b := newBudget(ctx, start.Add(pt.c.Timeout()))
+	defer b.end()
+	err := f(b)
 	pt.mu.Lock()
 	pt.latency.observe(time.Since(start))
 	pt.mu.Unlock()

@@ -4,7 +4,12 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
+	gb "github.com/goburrow/modbus"
+
+	"github.com/physmcp/physmcpd/internal/benchround"
+	"github.com/physmcp/physmcpd/internal/modbusfault"
 	"github.com/physmcp/physmcpd/manifest"
 )
 
@@ -56,4 +61,42 @@ func BenchmarkTCPParallel8(b *testing.B) {
 			b.ReportMetric(float64(bus.Transactions()-before)/float64(b.N), "transactions/op")
 		})
 	}
+}
+
+// BenchmarkBusVsGoburrow puts physmcpd's bus beside a bare goburrow client,
+// each reading the same 8 holding registers over its own connection to the
+// same loopback server (internal/modbusfault). One op is one round of 200
+// reads by each, interleaved; bus/goburrow is the median over the rounds of
+// the per-round ratio of their times per read (issue 12: goal ≤ 1.03).
+// Run it with rounds to spare: go test -run - -bench BusVsGoburrow -benchtime 60x.
+func BenchmarkBusVsGoburrow(b *testing.B) {
+	srv := modbusfault.StartTCP(b)
+	bus := tcpBus(b, srv.Addr(), 1000, 0, manifest.DefaultMaxGap)
+	h := gb.NewTCPClientHandler(srv.Addr())
+	h.Timeout, h.SlaveId = time.Second, 1
+	b.Cleanup(func() { h.Close() })
+	bare := gb.NewClient(h)
+	ctx := context.Background()
+	readBare := func(n int) {
+		for range n {
+			if _, err := bare.ReadHoldingRegisters(0, 8); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	readBus := func(n int) {
+		for range n {
+			if _, err := bus.ReadRegisters(ctx, 1, manifest.TableHolding, 0, 8); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	readBare(100) // connect both and warm up
+	readBus(100)
+	ns := benchround.Rounds(b, 200, readBare, readBus)
+	ratios := benchround.Ratios(ns, func(t []float64) float64 { return t[1] / t[0] })
+	b.ReportMetric(benchround.Median(ratios), "bus/goburrow")
+	b.ReportMetric(benchround.Median(benchround.Column(ns, 0)), "goburrow-ns/read")
+	b.ReportMetric(benchround.Median(benchround.Column(ns, 1)), "bus-ns/read")
+	b.ReportMetric(0, "ns/op")
 }

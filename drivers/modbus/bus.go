@@ -3,7 +3,10 @@
 // the kernel when configured). Framing is goburrow/modbus's; the transports
 // are our own.
 //
-// A bus runs one transaction at a time from a bounded queue. Reads of the same
+// A bus runs one transaction at a time. A caller that finds it idle runs its
+// transaction itself, on its own goroutine: no hand-off, which would cost two
+// goroutine switches per read. Callers that find it busy wait in a bounded
+// queue, which a helper goroutine serves until it is empty. Reads of the same
 // unit and table that wait in the queue together are coalesced into one
 // request when their ranges lie within the bus's max_gap of each other; each
 // caller gets its own slice. A merged read that draws an exception (the gap
@@ -17,6 +20,13 @@
 // have applied it, and only reading the device can tell. A write that fails
 // otherwise (connect refused, cancelled while queued) was never sent; an
 // exception reply is *drivers.ModbusException (refused, not applied).
+//
+// Deadlines come from the caller's context (Deadline, Err) and are enforced
+// on the wire, so a transaction needs no timer or context of its own. A caller
+// whose context has a deadline, or cannot be cancelled, runs its transaction
+// itself and returns when its current attempt ends, at the latest at its
+// deadline. One that can be cancelled without a deadline always goes through
+// the queue, so that it can leave the moment it gives up.
 package modbus
 
 import (
@@ -96,28 +106,28 @@ type Bus struct {
 	// unitOK rejects unit ids the transport cannot address (RTU broadcast).
 	unitOK func(uint8) error
 
-	mu     sync.Mutex
-	queue  []*request
+	mu    sync.Mutex
+	queue []*request
+	// busy: a goroutine owns the bus (runs a transaction or serves the
+	// queue). A non-empty queue always has an owner.
+	busy   bool
 	closed bool
-	wake   chan struct{}
+	idle   chan struct{} // closed when the owner leaves after Close
 	done   chan struct{}
-	exited chan struct{}
 
 	transactions atomic.Uint64
 }
 
 var _ drivers.ModbusBus = (*Bus)(nil)
 
-// newBus starts the bus's worker. done is closed by Close; the transport
-// watches it too, so a backoff wait does not hold Close up.
+// newBus makes a bus on tr. done is closed by Close; the transport watches it
+// too, so a backoff wait does not hold Close up.
 func newBus(desc string, set settings, pk gb.Packager, setUnit func(uint8), tr transporter, unitOK func(uint8) error, done chan struct{}) *Bus {
-	b := &Bus{
+	return &Bus{
 		desc: desc, set: set, tr: tr,
 		client: gb.NewClient2(pk, tr), setUnit: setUnit, unitOK: unitOK,
-		wake: make(chan struct{}, 1), done: done, exited: make(chan struct{}),
+		done: done,
 	}
-	go b.worker()
-	return b
 }
 
 // Describe names the bus ("modbus-tcp 10.0.0.5:502").
@@ -139,9 +149,16 @@ func (b *Bus) Close() error {
 		b.finishLocked(r, result{err: ErrClosed})
 	}
 	b.queue = nil
+	var idle chan struct{}
+	if b.busy {
+		idle = make(chan struct{})
+		b.idle = idle
+	}
 	b.mu.Unlock()
 	close(b.done)
-	<-b.exited
+	if idle != nil {
+		<-idle
+	}
 	return b.tr.close()
 }
 
@@ -175,7 +192,7 @@ type request struct {
 	bits  []bool   // coils to write
 	regs  []uint16 // registers to write
 	state reqState
-	done  chan result // buffered, so the worker never waits for a caller
+	done  chan result // buffered, so the bus's owner never waits for a caller
 }
 
 func (r *request) end() int { return int(r.addr) + int(r.count) }
@@ -244,7 +261,9 @@ func (b *Bus) opError(r *request, err error) error {
 	return &OpError{Bus: b.desc, Unit: r.unit, Function: r.function(), Table: r.table, Address: r.addr, Count: r.count, Err: err}
 }
 
-// submit queues r and waits for its result or for the caller's context.
+// submit runs r at once when the bus is idle and the caller may run it
+// itself; otherwise it queues r and waits for its result or for the caller's
+// context.
 func (b *Bus) submit(r *request, maxCount int) result {
 	if err := b.unitOK(r.unit); err != nil {
 		return result{err: b.opError(r, err)}
@@ -255,22 +274,28 @@ func (b *Bus) submit(r *request, maxCount int) result {
 	if r.end() > 0x10000 {
 		return result{err: b.opError(r, errors.New("range runs past address 65535"))}
 	}
-	r.done = make(chan result, 1)
 	b.mu.Lock()
 	switch {
 	case b.closed:
 		b.mu.Unlock()
 		return result{err: b.opError(r, ErrClosed)}
+	case !b.busy && runsItself(r.ctx):
+		b.busy = true
+		r.state = stateOnBus
+		b.mu.Unlock()
+		defer b.release()
+		return b.runOne(r)
 	case len(b.queue) >= queueLen:
 		b.mu.Unlock()
 		return result{err: b.opError(r, fmt.Errorf("%w (%d waiting)", ErrQueueFull, queueLen))}
 	}
+	r.done = make(chan result, 1)
 	b.queue = append(b.queue, r)
-	b.mu.Unlock()
-	select {
-	case b.wake <- struct{}{}:
-	default:
+	if !b.busy {
+		b.busy = true
+		go b.serve()
 	}
+	b.mu.Unlock()
 
 	select {
 	case res := <-r.done:
@@ -289,13 +314,23 @@ func (b *Bus) submit(r *request, maxCount int) result {
 	case stateOnBus:
 		err := ctxError(r.ctx.Err(), "while the request was on the bus")
 		if !r.kind.isRead() {
-			// The worker goes on without the caller and may have sent it
+			// The helper goes on without the caller and may have sent it
 			// already; a read queued after it still sees its outcome.
 			err = fmt.Errorf("%w: %w", drivers.ErrInDoubt, err)
 		}
 		return result{err: b.opError(r, err)}
 	}
 	return <-r.done
+}
+
+// runsItself reports whether a caller may run its transaction on its own
+// goroutine: it cannot give up at all, or its deadline bounds every attempt
+// (an explicit cancel before it waits out the attempt under way).
+func runsItself(ctx context.Context) bool {
+	if _, ok := ctx.Deadline(); ok {
+		return true
+	}
+	return ctx.Done() == nil
 }
 
 // ctxError keeps the context's error and, for a deadline, drivers.ErrTimeout.
@@ -326,26 +361,40 @@ func (b *Bus) finish(r *request, res result) {
 	b.mu.Unlock()
 }
 
-func (b *Bus) worker() {
-	defer close(b.exited)
+// release ends a caller's own transaction: requests that queued meanwhile
+// go to a helper, so the caller returns at once.
+func (b *Bus) release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) == 0 {
+		b.leaveLocked()
+		return
+	}
+	go b.serve()
+}
+
+// leaveLocked gives the bus up.
+func (b *Bus) leaveLocked() {
+	b.busy = false
+	if b.idle != nil {
+		close(b.idle)
+		b.idle = nil
+	}
+}
+
+// serve owns the bus until the queue is empty.
+func (b *Bus) serve() {
 	for {
-		select {
-		case <-b.done:
+		batch := b.next()
+		if batch == nil {
 			return
-		case <-b.wake:
 		}
-		for {
-			batch := b.next()
-			if batch == nil {
-				break
-			}
-			b.run(batch)
-		}
+		b.run(batch)
 	}
 }
 
 // next takes the request at the head of the queue and the reads merged with
-// it, and marks them as on the bus.
+// it, and marks them as on the bus. When nothing is left it gives the bus up.
 func (b *Bus) next() []*request {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -360,6 +409,7 @@ func (b *Bus) next() []*request {
 	clear(b.queue[len(live):])
 	b.queue = live
 	if len(b.queue) == 0 {
+		b.leaveLocked()
 		return nil
 	}
 	var batch []*request
@@ -418,15 +468,19 @@ func takeBatch(q []*request, maxGap int) (batch, rest []*request) {
 	return batch, rest
 }
 
-// run performs a batch and hands each caller its result.
+// runOne performs r alone.
+func (b *Bus) runOne(r *request) result {
+	res := b.transact([]*request{r}, r)
+	if res.err != nil {
+		res.err = b.opError(r, res.err)
+	}
+	return res
+}
+
+// run performs a batch of queued requests and hands each caller its result.
 func (b *Bus) run(batch []*request) {
 	if len(batch) == 1 {
-		r := batch[0]
-		res := b.transact(batch, r)
-		if res.err != nil {
-			res.err = b.opError(r, res.err)
-		}
-		b.finish(r, res)
+		b.finish(batch[0], b.runOne(batch[0]))
 		return
 	}
 	lo, hi := int(batch[0].addr), batch[0].end()

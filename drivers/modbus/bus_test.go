@@ -186,6 +186,7 @@ type fakeDevice struct {
 	frames   [][]byte
 	gate     chan struct{}
 	failures int // the next n exchanges time out
+	panics   int // the next n exchanges panic
 }
 
 func (d *fakeDevice) prepare(time.Time, bool) {}
@@ -200,9 +201,16 @@ func (d *fakeDevice) Send(adu []byte) ([]byte, error) {
 	if fail {
 		d.failures--
 	}
+	panics := d.panics > 0
+	if panics {
+		d.panics--
+	}
 	d.mu.Unlock()
 	if gate != nil {
 		<-gate
+	}
+	if panics {
+		panic("fake transport panic")
 	}
 	if fail {
 		return nil, fmt.Errorf("%w: fake", drivers.ErrTimeout)
@@ -428,5 +436,59 @@ func TestRequestValidation(t *testing.T) {
 	}
 	if err := b.WriteRegisters(ctx, 1, 0, make([]uint16, 124)); err == nil {
 		t.Error("124 registers written")
+	}
+}
+
+// TestCallerWithDeadlineRunsItsAttempt: a caller with a deadline runs its
+// transaction itself, so a cancel while its write is on the wire waits for
+// that attempt, which reports what became of the write (here: applied).
+func TestCallerWithDeadlineRunsItsAttempt(t *testing.T) {
+	d := &fakeDevice{gate: make(chan struct{})}
+	b := newFakeBus(t, d, settings{timeout: time.Second, maxGap: manifest.DefaultMaxGap})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	errc := make(chan error, 1)
+	go func() { errc <- b.WriteRegisters(ctx, 1, 7, []uint16{1}) }()
+	for d.sent() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-errc:
+		t.Fatalf("returned while its write was on the wire: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(d.gate)
+	if err := <-errc; err != nil {
+		t.Fatalf("write = %v, want its outcome (applied)", err)
+	}
+}
+
+// TestPanicLeavesTheBusUsable: a transport that panics on a caller's own
+// goroutine (the engine recovers it) gives the bus up, and requests that
+// queued meanwhile are still served.
+func TestPanicLeavesTheBusUsable(t *testing.T) {
+	d := &fakeDevice{gate: make(chan struct{}), panics: 1}
+	b := newFakeBus(t, d, settings{timeout: time.Second, maxGap: manifest.DefaultMaxGap})
+	ctx := context.Background()
+	panicked := make(chan any, 1)
+	go func() {
+		defer func() { panicked <- recover() }()
+		b.ReadRegisters(ctx, 1, manifest.TableHolding, 0, 1)
+	}()
+	for d.sent() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	queued := make(chan error, 1)
+	go func() { _, err := b.ReadRegisters(ctx, 1, manifest.TableHolding, 1, 1); queued <- err }()
+	waitQueued(t, b, 1)
+	close(d.gate)
+	if p := <-panicked; p == nil {
+		t.Fatal("the transport's panic did not reach its caller")
+	}
+	if err := <-queued; err != nil {
+		t.Fatalf("queued read after the panic: %v", err)
+	}
+	if _, err := b.ReadRegisters(ctx, 1, manifest.TableHolding, 2, 1); err != nil {
+		t.Fatalf("read after the panic: %v", err)
 	}
 }

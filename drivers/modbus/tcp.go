@@ -52,6 +52,7 @@ type tcpTransport struct {
 	mayResend bool
 	conn      net.Conn
 	bo        backoff
+	buf       [260]byte // the reply being read; here, not on the heap per exchange
 }
 
 // errStale marks a failure that suggests the connection was already dead
@@ -79,8 +80,9 @@ func (t *tcpTransport) drop() {
 // Send implements gb.Transporter.
 func (t *tcpTransport) Send(adu []byte) ([]byte, error) {
 	// A peer that closed the idle connection is noticed before sending, so
-	// that an ordinary write does not end in doubt.
-	if t.conn != nil && !peerOpen(t.conn) {
+	// that an ordinary write does not end in doubt. A read skips the check
+	// (a syscall): it finds out by sending, and is resent below.
+	if t.conn != nil && !t.mayResend && !peerOpen(t.conn) {
 		t.drop()
 	}
 	reused := t.conn != nil
@@ -110,7 +112,7 @@ func (t *tcpTransport) try(adu []byte) ([]byte, error) {
 		return nil, t.ioError(err, true)
 	}
 	const header = 7
-	var buf [260]byte
+	buf := t.buf[:]
 	if _, err := io.ReadFull(t.conn, buf[:header]); err != nil {
 		t.drop()
 		return nil, t.ioError(err, true)
