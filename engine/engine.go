@@ -31,6 +31,11 @@ type Options struct {
 	// Audit receives an entry for every do_* attempt and safe-state write;
 	// nil records nothing. It is called synchronously.
 	Audit func(AuditEntry)
+	// ClockSynced reports whether the system clock is synchronised to a time
+	// source; readings taken while it is not are degraded (ClockUnsynced).
+	// It is asked before every read from a device, so it must be cheap.
+	// nil means always.
+	ClockSynced func() bool
 }
 
 // ErrUnknownTool is returned for a tool the device does not serve.
@@ -45,6 +50,7 @@ type Engine struct {
 	idem   IdempotencyStore
 	quorum func() int
 	buses  map[string]drivers.Bus
+	synced func() bool // Options.ClockSynced
 
 	history LimitStore
 	auditFn func(AuditEntry)
@@ -87,6 +93,7 @@ type point struct {
 	lastWrite time.Time
 	writes    []time.Time // writes charged (applied or in doubt), oldest first, for rate limits
 	latency   latencyEstimate
+	running   []time.Time // start of each driver transaction under way (health.go)
 	// refused is the latest request the device refused (exception reply), so
 	// can_do can say so before the same request is tried again.
 	refused *refusal
@@ -97,6 +104,9 @@ type reading struct {
 	value any
 	at    time.Time
 	flag  string // why the value is implausible; empty when good
+	// unsynced: taken while the system clock was not synchronised, so at
+	// may be far off.
+	unsynced bool
 }
 
 // New binds every capability of m to its bus in buses (keyed by bus name).
@@ -109,6 +119,7 @@ func New(m *manifest.Manifest, p *policy.Policy, buses map[string]drivers.Bus, o
 		idem:       opts.Idempotency,
 		quorum:     opts.Quorum,
 		buses:      buses,
+		synced:     opts.ClockSynced,
 		history:    opts.Limits,
 		auditFn:    opts.Audit,
 		points:     map[string]*point{},
@@ -127,6 +138,9 @@ func New(m *manifest.Manifest, p *policy.Policy, buses map[string]drivers.Bus, o
 	}
 	if e.quorum == nil {
 		e.quorum = func() int { return 1 }
+	}
+	if e.synced == nil {
+		e.synced = func() bool { return true }
 	}
 	for _, c := range m.Capabilities {
 		bus, ok := buses[c.Binding.Bus]
@@ -212,6 +226,7 @@ func unitOf(c *manifest.Capability) *string {
 // timed runs one driver transaction under the capability's timeout and feeds
 // the latency estimate can_do reports.
 func (e *Engine) timed(ctx context.Context, pt *point, f func(context.Context) error) error {
+	defer pt.done(pt.begin(e.now()))
 	start := time.Now()
 	b := newBudget(ctx, start.Add(pt.c.Timeout()))
 	defer b.end()

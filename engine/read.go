@@ -102,6 +102,9 @@ func (e *Engine) measure(ctx context.Context, pt *point) (*reading, error) {
 	pt.mu.Lock()
 	gen := pt.gen
 	pt.mu.Unlock()
+	// Asked before the read, so a stamp taken before the clock is set is
+	// never reported as reliable.
+	unsynced := !e.synced()
 	var r *reading
 	err := e.transact(context.WithoutCancel(ctx), pt, func(ctx context.Context) error {
 		s, err := pt.drv.Read(ctx)
@@ -110,7 +113,7 @@ func (e *Engine) measure(ctx context.Context, pt *point) (*reading, error) {
 		}
 		// Points stamp samples with the engine's clock (BindWith), so cache
 		// ages, cooldowns and timestamps all come from one clock.
-		r = &reading{value: s.Value, at: s.At, flag: s.Flag}
+		r = &reading{value: s.Value, at: s.At, flag: s.Flag, unsynced: unsynced}
 		if r.flag == "" {
 			r.flag = implausible(pt.c, s.Value)
 		}
@@ -213,6 +216,7 @@ func (e *Engine) observe(ctx context.Context, pt *point) promcp.ReadResponse {
 		if r.flag != "" {
 			resp.Quality, resp.Detail = promcp.QualityDegraded, r.flag
 		}
+		flagClock(&resp, r)
 		return resp
 	}
 	pt.mu.Lock()
@@ -221,6 +225,7 @@ func (e *Engine) observe(ctx context.Context, pt *point) promcp.ReadResponse {
 	if good != nil && e.now().Sub(good.at) <= staleLimit(pt.c) {
 		resp.Value, resp.Timestamp, resp.Quality = good.value, promcp.Time(good.at), promcp.QualityStale
 		resp.Detail = fmt.Sprintf("live read failed (%v); serving the last good value", err)
+		flagClock(&resp, good)
 		return resp
 	}
 	resp.Value, resp.Timestamp, resp.Quality = nil, promcp.Time(e.now()), promcp.QualityError

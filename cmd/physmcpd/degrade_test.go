@@ -97,7 +97,8 @@ func TestServeWithMissingSerialAdapter(t *testing.T) {
 	serverIn, clientOut := io.Pipe()
 	t.Cleanup(func() { clientOut.Close() })
 	started := time.Now()
-	logs := serveInProcess(t, []string{"--manifest", rtuManifest(t, port), "--policy", serveExamplePolicy, "--state-dir", t.TempDir(), "--stdio"}, serverIn, serverOut)
+	// --trust-clock: the machine running the test may not be NTP-synchronised.
+	logs := serveInProcess(t, []string{"--manifest", rtuManifest(t, port), "--policy", serveExamplePolicy, "--state-dir", t.TempDir(), "--stdio", "--trust-clock"}, serverIn, serverOut)
 	c := dialMCP(t, transport.NewIO(clientIn, clientOut, io.NopCloser(strings.NewReader(""))))
 
 	if r := answer(t, c, "read_air_temperature", nil); r["quality"] != "good" {

@@ -42,6 +42,7 @@ type serveConfig struct {
 	stateDir         string // empty: the default on hardware, none when simulating (stateDirFor)
 	strictStart      bool   // every bus and GPIO line must open at start-up, else exit 1
 	auditKey         string // empty: audit.key in the state directory
+	trustClock       bool   // readings are not degraded while the kernel reports the clock unsynchronised
 }
 
 func runServe(args []string, stdout, stderr io.Writer) int {
@@ -60,7 +61,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: physmcpd serve --manifest FILE [--policy FILE] [--simulate] [--profile full|lite] [--stdio | --serial PORT [--baud N] | --http ADDR [--allow-remote]] [--strict-start] [--log-level LEVEL]")
+		fmt.Fprintln(stderr, "usage: physmcpd serve --manifest FILE [--policy FILE] [--simulate] [--profile full|lite] [--stdio | --serial PORT [--baud N] | --http ADDR [--allow-remote]] [--strict-start] [--trust-clock] [--log-level LEVEL]")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&cfg.manifest, "manifest", "", "device manifest (physmcp.manifest.yml), required")
@@ -77,6 +78,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int) {
 	fs.StringVar(&cfg.stateDir, "state-dir", "", "directory for idempotency keys, cooldowns, rate windows and the audit trail (full profile; default "+defaultStateDir+", none with --simulate)")
 	fs.StringVar(&cfg.auditKey, "audit-key", "", "key file of the audit trail's HMAC chain, created on first use (default "+auditKeyFile+" in the state directory)")
 	fs.BoolVar(&cfg.strictStart, "strict-start", false, "exit 1 when a bus or GPIO line cannot be opened at start-up (by default its capabilities are unavailable and it is reopened in the background)")
+	fs.BoolVar(&cfg.trustClock, "trust-clock", false, "the system clock is right without NTP (a battery-backed real-time clock keeps it): do not degrade readings while the kernel reports it unsynchronised")
 	level := fs.String("log-level", "info", "debug, info, warn or error (logs go to stderr)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -167,6 +169,7 @@ func serve(ctx context.Context, cfg serveConfig, stdin io.Reader, stdout, stderr
 		return 1
 	}
 	defer dur.close(logger)
+	opts.ClockSynced = clockProbe(ctx, cfg, logger)
 	e, err := startEngine(ctx, m, p, busOptions{simulate: cfg.simulate, strict: cfg.strictStart}, logger, opts)
 	if err != nil {
 		logger.Error("cannot start", "err", err)
@@ -202,13 +205,13 @@ func serve(ctx context.Context, cfg serveConfig, stdin io.Reader, stdout, stderr
 	case profiles.Serial:
 		stopping := func() {}
 		defer func() { stopping() }()
-		port := mcpserver.SerialPort{Path: cfg.serialPort, Baud: cfg.baud, Opened: func() { stopping = notifyReady(ctx, logger) }}
+		port := mcpserver.SerialPort{Path: cfg.serialPort, Baud: cfg.baud, Opened: func() { stopping = notifyReady(ctx, e.Health, logger) }}
 		if err := mcpserver.ServeSerial(ctx, s, port, streamLimits(prof), logger); err != nil {
 			logger.Error("serial transport failed", "err", err)
 			return 1
 		}
 	case profiles.Stdio:
-		stopping := notifyReady(ctx, logger)
+		stopping := notifyReady(ctx, e.Health, logger)
 		defer stopping()
 		if err := mcpserver.ServeStream(ctx, s, stdin, stdout, streamLimits(prof)); err != nil {
 			logger.Error("stdio transport failed", "err", err)
@@ -220,13 +223,13 @@ func serve(ctx context.Context, cfg serveConfig, stdin io.Reader, stdout, stderr
 			logger.Error("cannot serve HTTP", "err", err)
 			return 1
 		}
-		return serveHTTP(ctx, cfg, mcpserver.NewEndpointsHandler(eps, logger, cfg.access.sessionLimits()), acc, logger)
+		return serveHTTP(ctx, cfg, mcpserver.NewEndpointsHandler(eps, logger, cfg.access.sessionLimits()), acc, e.Health, logger)
 	}
 	logger.Info("stopped")
 	return 0
 }
 
-func serveHTTP(ctx context.Context, cfg serveConfig, h *mcpserver.HTTPHandler, acc mcpserver.Access, logger *slog.Logger) int {
+func serveHTTP(ctx context.Context, cfg serveConfig, h *mcpserver.HTTPHandler, acc mcpserver.Access, health func(context.Context) error, logger *slog.Logger) int {
 	ln, err := net.Listen("tcp", cfg.httpAddr)
 	if err != nil {
 		logger.Error("cannot listen", "addr", cfg.httpAddr, "err", err)
@@ -243,7 +246,7 @@ func serveHTTP(ctx context.Context, cfg serveConfig, h *mcpserver.HTTPHandler, a
 	}
 	logger.Info("listening", "url", scheme+"://"+ln.Addr().String()+mcpserver.EndpointPath,
 		"max_sessions", cfg.access.maxSessions, "session_idle_timeout", cfg.access.sessionIdle, "body_timeout", cfg.access.bodyTimeout)
-	stopping := notifyReady(ctx, logger)
+	stopping := notifyReady(ctx, health, logger)
 	defer stopping()
 
 	select {

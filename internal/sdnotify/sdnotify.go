@@ -1,10 +1,9 @@
 // Package sdnotify speaks systemd's notify protocol (sd_notify(3)) with the
-// standard library: one datagram per state change to $NOTIFY_SOCKET, and
-// WATCHDOG=1 keep-alives at half the interval systemd asked for.
+// standard library: one datagram per state change to $NOTIFY_SOCKET, and the
+// interval at which systemd wants WATCHDOG=1 keep-alives.
 package sdnotify
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -67,21 +66,4 @@ func (n *Notifier) WatchdogInterval() (interval time.Duration, ok bool, err erro
 		return 0, false, fmt.Errorf("WATCHDOG_USEC=%q: want a positive number of microseconds", usec)
 	}
 	return time.Duration(us) * time.Microsecond / 2, true, nil
-}
-
-// Watchdog sends WATCHDOG=1 every interval until ctx ends. report receives
-// send errors (systemd restarts the service if keep-alives stop arriving).
-func (n *Notifier) Watchdog(ctx context.Context, interval time.Duration, report func(error)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := n.Send("WATCHDOG=1"); err != nil && report != nil {
-				report(err)
-			}
-		}
-	}
 }

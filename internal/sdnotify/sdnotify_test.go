@@ -1,7 +1,6 @@
 package sdnotify
 
 import (
-	"context"
 	"net"
 	"os"
 	"path/filepath"
@@ -100,19 +99,4 @@ func TestWatchdogInterval(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestWatchdogKeepsSending(t *testing.T) {
-	path, conn := listen(t)
-	n := New(env(map[string]string{"NOTIFY_SOCKET": path}))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { n.Watchdog(ctx, time.Millisecond, func(err error) { t.Error(err) }); close(done) }()
-	for i := 0; i < 3; i++ {
-		if got := receive(t, conn); got != "WATCHDOG=1" {
-			t.Fatalf("keep-alive %d: got %q", i, got)
-		}
-	}
-	cancel()
-	<-done
 }

@@ -151,8 +151,10 @@ func boot(t *testing.T, ctx context.Context) *board {
 	dir := t.TempDir()
 	initrd, dtb := filepath.Join(dir, "initramfs.cpio.gz"), filepath.Join(dir, "sabrelite.dtb")
 	patchDTB(t, kernelDir, dtb)
+	// --trust-clock: the guest runs no NTP client, so its kernel never calls
+	// the clock synchronised and every reading would be degraded.
 	buildInitramfs(t, kernelDir, initrd, []string{"serve", "--manifest", "/board/physmcp.manifest.yml",
-		"--policy", "/board/physmcp.policy.yml", "--stdio", "--state-dir", "/state", "--log-level", "debug"})
+		"--policy", "/board/physmcp.policy.yml", "--stdio", "--state-dir", "/state", "--log-level", "debug", "--trust-clock"})
 	b := &board{uart1: filepath.Join(dir, "uart1.log")}
 	qmpSock, qtestSock := filepath.Join(dir, "qmp.sock"), filepath.Join(dir, "qtest.sock")
 	cmd := exec.Command(qemu, "-M", "sabrelite", "-smp", "1", "-m", "256M",
