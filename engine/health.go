@@ -94,7 +94,7 @@ func (e *Engine) sweep() error {
 			continue
 		}
 		ran := now.Sub(start)
-		if over := ran - pt.c.Timeout() - WedgeMargin; over > 0 && over > worstOver {
+		if over := ran - pt.c.Timeout() - WedgeMargin; over > worstOver { // worstOver starts at 0
 			worst, worstOver, worstRan = pt, over, ran
 		}
 	}
