@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"time"
 
@@ -72,14 +73,15 @@ type device struct {
 	lastErr   error
 }
 
-// deviceKey names the device a capability talks to (see faults above).
+// deviceKey names the device a capability talks to (see faults above). It
+// runs on every transaction, so it does without fmt.
 func deviceKey(c *manifest.Capability) string {
 	b := c.Binding
 	switch {
 	case b.Modbus != nil:
-		return fmt.Sprintf("%s unit %d", b.Bus, b.Modbus.Unit)
+		return b.Bus + " unit " + strconv.Itoa(int(b.Modbus.Unit))
 	case b.I2C != nil:
-		return fmt.Sprintf("%s address %#x", b.Bus, b.I2C.Address)
+		return b.Bus + " address 0x" + strconv.FormatUint(uint64(b.I2C.Address), 16)
 	}
 	return b.Bus
 }

@@ -50,28 +50,17 @@ capabilities:
 // Run it with: go test -run - -bench EngineUncachedRead -benchtime 60x ./engine/
 func BenchmarkEngineUncachedRead(b *testing.B) {
 	srv := modbusfault.StartTCP(b)
-	path := filepath.Join(b.TempDir(), "bench.manifest.yml")
-	if err := os.WriteFile(path, fmt.Appendf(nil, benchManifest, srv.Addr()), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	m, diags := manifest.Load(path)
-	if m == nil {
-		b.Fatalf("manifest: %s", diags)
-	}
-	bus, err := modbus.OpenTCP(context.Background(), m, m.Buses["plc"])
-	if err != nil {
-		b.Fatal(err)
-	}
-	e, err := engine.New(m, nil, map[string]drivers.Bus{"plc": bus}, engine.Options{Logger: quiet})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = e.Close() })
+	e := benchEngine(b, srv.Addr(), func(m *manifest.Manifest) drivers.Bus {
+		bus, err := modbus.OpenTCP(context.Background(), m, m.Buses["plc"])
+		if err != nil {
+			b.Fatal(err)
+		}
+		return bus
+	})
 	h := gb.NewTCPClientHandler(srv.Addr())
 	h.Timeout, h.SlaveId = time.Second, 1
 	b.Cleanup(func() { h.Close() })
 	bare := gb.NewClient(h)
-	ctx := context.Background()
 	readBare := func(n int) {
 		for range n {
 			if _, err := bare.ReadHoldingRegisters(0, 1); err != nil {
@@ -82,9 +71,7 @@ func BenchmarkEngineUncachedRead(b *testing.B) {
 	read := func(tool string) func(n int) {
 		return func(n int) {
 			for range n {
-				if r, err := e.Read(ctx, operator, tool); err != nil || r.Detail != "" {
-					b.Fatalf("%s: %+v, %v", tool, r, err)
-				}
+				benchRead(b, e, tool)
 			}
 		}
 	}
@@ -100,3 +87,59 @@ func BenchmarkEngineUncachedRead(b *testing.B) {
 	b.ReportMetric(benchround.Median(benchround.Column(ns, 2)), "cached-ns/read")
 	b.ReportMetric(0, "ns/op")
 }
+
+// BenchmarkEngineReadOverhead is the engine's own cost per read, without I/O:
+// the same two points on a bus that answers at once. live - cached is what
+// an uncached read adds on top of the bus (profile it with -cpuprofile).
+func BenchmarkEngineReadOverhead(b *testing.B) {
+	e := benchEngine(b, "127.0.0.1:1", func(*manifest.Manifest) drivers.Bus { return instantBus{} })
+	for _, tool := range []string{"read_level_live", "read_level"} {
+		b.Run(tool, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				benchRead(b, e, tool)
+			}
+		})
+	}
+}
+
+// benchEngine serves benchManifest with its bus at addr made by open.
+func benchEngine(b *testing.B, addr string, open func(*manifest.Manifest) drivers.Bus) *engine.Engine {
+	path := filepath.Join(b.TempDir(), "bench.manifest.yml")
+	if err := os.WriteFile(path, fmt.Appendf(nil, benchManifest, addr), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	m, diags := manifest.Load(path)
+	if m == nil {
+		b.Fatalf("manifest: %s", diags)
+	}
+	e, err := engine.New(m, nil, map[string]drivers.Bus{"plc": open(m)}, engine.Options{Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
+func benchRead(b *testing.B, e *engine.Engine, tool string) {
+	if r, err := e.Read(context.Background(), operator, tool); err != nil || r.Detail != "" {
+		b.Fatalf("%s: %+v, %v", tool, r, err)
+	}
+}
+
+// instantBus is a Modbus bus whose registers all hold 0 and answer at once.
+type instantBus struct{}
+
+func (instantBus) Describe() string { return "instant" }
+func (instantBus) Close() error     { return nil }
+
+func (instantBus) ReadBits(_ context.Context, _ uint8, _ manifest.ModbusTable, _, n uint16) ([]bool, error) {
+	return make([]bool, n), nil
+}
+
+func (instantBus) ReadRegisters(_ context.Context, _ uint8, _ manifest.ModbusTable, _, n uint16) ([]uint16, error) {
+	return make([]uint16, n), nil
+}
+
+func (instantBus) WriteCoils(context.Context, uint8, uint16, []bool) error       { return nil }
+func (instantBus) WriteRegisters(context.Context, uint8, uint16, []uint16) error { return nil }
