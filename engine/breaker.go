@@ -73,8 +73,7 @@ type device struct {
 	lastErr   error
 }
 
-// deviceKey names the device a capability talks to (see faults above). It
-// runs on every transaction, so it does without fmt.
+// deviceKey names the device a capability talks to (see faults above).
 func deviceKey(c *manifest.Capability) string {
 	b := c.Binding
 	switch {
@@ -86,12 +85,15 @@ func deviceKey(c *manifest.Capability) string {
 	return b.Bus
 }
 
+// device is pt's device, looked up by key once per point: points on one
+// device share it.
 func (e *Engine) device(pt *point) *device {
-	key := deviceKey(pt.c)
-	if d, ok := e.faults.devices.Load(key); ok {
-		return d.(*device)
+	if d := pt.dev.Load(); d != nil {
+		return d
 	}
+	key := deviceKey(pt.c)
 	d, _ := e.faults.devices.LoadOrStore(key, &device{name: key, slots: make(chan struct{}, MaxQueued)})
+	pt.dev.Store(d.(*device))
 	return d.(*device)
 }
 

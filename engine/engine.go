@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/physmcp/physmcpd/drivers"
@@ -80,6 +81,7 @@ type point struct {
 	busType  manifest.BusType
 	location string
 	site     *site
+	dev      atomic.Pointer[device] // its breaker and queue, once looked up (breaker.go)
 
 	reads flight
 
