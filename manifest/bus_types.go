@@ -110,14 +110,57 @@ type ModbusRTUBus struct {
 	At Positions `yaml:"-"`
 }
 
-// RS485 asks the kernel to drive the transceiver's direction (TIOCSRS485).
+// RS485Direction is how an RS-485 transceiver is switched between transmit
+// and receive (its driver-enable pin).
+type RS485Direction string
+
+const (
+	// DirAuto: the adapter switches by itself (most USB RS-485 dongles); nothing to do.
+	DirAuto RS485Direction = "auto"
+	// DirKernel: the UART driver drives RTS around each frame (TIOCSRS485).
+	DirKernel RS485Direction = "kernel"
+	// DirRTS: physmcpd drives RTS from user space around each frame.
+	DirRTS RS485Direction = "rts"
+	// DirGPIO: physmcpd drives a GPIO line around each frame.
+	DirGPIO RS485Direction = "gpio"
+)
+
+var rs485Directions = []RS485Direction{DirAuto, DirKernel, DirRTS, DirGPIO}
+
+// RS485 is how the transceiver's direction is switched.
 type RS485 struct {
-	Enabled              bool `yaml:"enabled"`
-	RTSOnSend            bool `yaml:"rts_on_send"`
-	RTSAfterSend         bool `yaml:"rts_after_send"`
-	DelayRTSBeforeSendUs int  `yaml:"delay_rts_before_send_us"`
-	DelayRTSAfterSendUs  int  `yaml:"delay_rts_after_send_us"`
-	RXDuringTX           bool `yaml:"rx_during_tx"`
+	Direction RS485Direction `yaml:"direction"`
+	// Enabled is the older spelling: true is direction kernel, false auto.
+	Enabled              bool       `yaml:"enabled"`
+	RTSOnSend            bool       `yaml:"rts_on_send"`
+	RTSAfterSend         bool       `yaml:"rts_after_send"`
+	DelayRTSBeforeSendUs int        `yaml:"delay_rts_before_send_us"`
+	DelayRTSAfterSendUs  int        `yaml:"delay_rts_after_send_us"`
+	RXDuringTX           bool       `yaml:"rx_during_tx"`
+	GPIO                 *RS485Line `yaml:"gpio"`
+
+	At Positions `yaml:"-"`
+}
+
+// Mode is the direction in effect: direction when given, else what the older
+// enabled key meant. A nil section is auto.
+func (r *RS485) Mode() RS485Direction {
+	switch {
+	case r == nil || r.Direction == "" && !r.Enabled:
+		return DirAuto
+	case r.Direction == "":
+		return DirKernel
+	}
+	return r.Direction
+}
+
+// RS485Line is the GPIO line wired to the transceiver's driver-enable (and
+// usually its receiver-enable): high (logical) while transmitting.
+type RS485Line struct {
+	Bus       string `yaml:"bus,required"` // a gpio bus of this manifest
+	Line      string `yaml:"line"`         // line name, preferred
+	Offset    int    `yaml:"offset"`       // used when line is not given
+	ActiveLow bool   `yaml:"active_low"`
 
 	At Positions `yaml:"-"`
 }

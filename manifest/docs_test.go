@@ -17,7 +17,7 @@ func decoderKeys() (docs, schema map[string][]string) {
 	known := strictyaml.Known
 	docs = map[string][]string{}
 	for _, v := range []any{Manifest{}, Device{}, Location{}, Coordinates{}, Network{}, Protocol{}, Mesh{}, Audit{}, RemoteSink{}, SafeState{},
-		BusSim{}, I2CBus{}, GPIOBus{}, ModbusTCPBus{}, ModbusRTUBus{}, RS485{}, Capability{}, Range{}, PointSim{}, Waveform{}, Interlock{}} {
+		BusSim{}, I2CBus{}, GPIOBus{}, ModbusTCPBus{}, ModbusRTUBus{}, RS485{}, RS485Line{}, Capability{}, Range{}, PointSim{}, Waveform{}, Interlock{}} {
 		t := reflect.TypeOf(v)
 		docs[t.Name()] = known(t)
 	}

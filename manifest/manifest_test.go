@@ -111,7 +111,7 @@ func TestGreenhouseNormalised(t *testing.T) {
 			t.Fatalf("bus %s: %+v", name, b)
 		}
 	}
-	if rtu := m.Bus("rs485").ModbusRTU; rtu.DataBits != 8 || rtu.RS485 == nil || !rtu.RS485.Enabled {
+	if rtu := m.Bus("rs485").ModbusRTU; rtu.DataBits != 8 || rtu.RS485.Mode() != DirAuto {
 		t.Errorf("rs485 defaults: %+v", rtu)
 	}
 	i2c := m.Tool("read_air_temperature").Binding
@@ -226,7 +226,7 @@ var manifestEdits = []edit{
 	{name: "bad device id", base: greenhouse, old: "id: greenhouse_controller_01", new: "id: Greenhouse-01", at: "Greenhouse-01", msg: "lowercase"},
 	{name: "bad capability name", base: greenhouse, old: "name: door_closed", new: "name: DoorClosed", at: "DoorClosed", msg: "lowercase"},
 	{name: "tool name too long", base: greenhouse, old: "name: door_closed", new: "name: door_closed_" + strings.Repeat("x", 50), at: "door_closed_", msg: "the limit is 64"},
-	{name: "tool name collision", base: greenhouse, old: "name: heater_flow_temperature", new: "name: air_temperature", at: "air_temperature\n    kind: read\n    description: Temperature of the hot", msg: "read_air_temperature is already defined by the capability at line 43"},
+	{name: "tool name collision", base: greenhouse, old: "name: heater_flow_temperature", new: "name: air_temperature", at: "air_temperature\n    kind: read\n    description: Temperature of the hot", msg: "read_air_temperature is already defined by the capability at line 45"},
 	{name: "bad tag", base: greenhouse, old: "[door, contact, security]", new: "[door, Contact]", at: "[door", msg: `tag "Contact"`},
 	{name: "empty tags", base: greenhouse, old: "[door, contact, security]", new: "[]", at: "[]", msg: "at least one tag"},
 	{name: "bad bus name", base: greenhouse, old: "  i2c1:\n", new: "  I2C_1:\n    type: i2c\n    device: \"2\"\n  i2c1:\n", at: "I2C_1", msg: `bus name "I2C_1"`},
@@ -291,6 +291,22 @@ var manifestEdits = []edit{
 	{name: "gpio line bound twice", base: greenhouse, old: "line: GPIO27", new: "line: GPIO17", at: "bus: gpio\n      line: GPIO17\n      bias", msg: "already bound by do_vent_fan"},
 	{name: "gpio bad mode", base: greenhouse, old: "      line: GPIO27\n", new: "      address: \"pin=27:mode=analog\"\n", at: "analog", msg: "mode \"analog\" is not supported"},
 	{name: "gpio bare short item", base: greenhouse, old: "      line: GPIO27\n", new: "      address: \"27\"\n", at: "27", msg: "must be key=value"},
+	// RS-485 direction.
+	{name: "rs485 kernel on a USB adapter", base: greenhouse, old: "direction: auto", new: "direction: kernel\n      rts_on_send: true", at: "kernel", msg: "USB adapters have no kernel RS-485 mode"},
+	{name: "rs485 enabled on a USB adapter", base: greenhouse, old: "direction: auto", new: "enabled: true\n      rts_on_send: true", at: "true", msg: "use direction: auto"},
+	{name: "rs485 enabled and direction", base: greenhouse, old: "direction: auto", new: "direction: auto\n      enabled: false", at: "false", msg: "older spelling of direction"},
+	{name: "rs485 kernel without RTS level", base: greenhouse, old: "direction: auto", new: "direction: kernel", at: "kernel", msg: "exactly one of rts_on_send: true"},
+	{name: "rs485 unknown direction", base: greenhouse, old: "direction: auto", new: "direction: hardware", at: "hardware", msg: `must be "auto", "kernel", "rts", "gpio"`},
+	{name: "rs485 unknown key", base: greenhouse, old: "direction: auto", new: "direction: auto\n      mode: rts", at: "mode", msg: `unknown key "mode"`},
+	{name: "rs485 rts on a USB adapter", base: greenhouse, old: "direction: auto", new: "direction: rts\n      rts_on_send: true", at: "rts\n", msg: "RTS set over USB lands a millisecond or more after", warning: true},
+	{name: "rs485 delay under auto", base: greenhouse, old: "direction: auto", new: "direction: auto\n      delay_rts_after_send_us: 100", at: "100", msg: "a delay has no effect"},
+	{name: "rs485 rts level under gpio", base: greenhouse, old: "direction: auto", new: "direction: gpio\n      gpio: {bus: gpio, line: RS485_DE}\n      rts_on_send: true", at: "rts_on_send: ^true", msg: "applies to direction kernel and rts"},
+	{name: "rs485 gpio without line", base: greenhouse, old: "direction: auto", new: "direction: gpio", at: "gpio", msg: "direction gpio needs gpio:"},
+	{name: "rs485 gpio line on a non-gpio bus", base: greenhouse, old: "direction: auto", new: "direction: gpio\n      gpio: {bus: i2c1, line: RS485_DE}", at: "i2c1", msg: `bus "i2c1" is i2c, not gpio`},
+	{name: "rs485 gpio line bound by a capability", base: greenhouse, old: "direction: auto", new: "direction: gpio\n      gpio: {bus: gpio, line: GPIO17}", at: "bus: gpio\n      line: GPIO17\n      safe", msg: "RS-485 direction line of buses.rs485.rs485"},
+	{name: "rs485 gpio line by name and offset", base: greenhouse, old: "direction: auto", new: "direction: gpio\n      gpio: {bus: gpio, line: RS485_DE, offset: 4}", at: "{bus: gpio, line", msg: "exactly one"},
+	{name: "rs485 kernel delay over the cap", base: greenhouse, old: "direction: auto", new: "direction: rts\n      rts_on_send: true\n      delay_rts_before_send_us: 200000", at: "200000", msg: "must be 0..100000"},
+	{name: "rs485 rx_during_tx outside kernel", base: greenhouse, old: "direction: auto", new: "direction: rts\n      rts_on_send: true\n      rx_during_tx: true", at: "rx_during_tx: ^true", msg: "applies to direction kernel only"},
 	// Modbus bindings.
 	{name: "modbus multi-register without byte order", base: greenhouse, old: "      data_type: uint32\n      byte_order: big\n", new: "      data_type: uint32\n", at: "bus: rs485\n      unit: 1\n      table: input\n      address: 10", msg: "uint32 needs byte_order"},
 	{name: "modbus multi-register without word order", base: greenhouse, old: "      data_type: uint32\n      byte_order: big\n      word_order: big\n", new: "      data_type: uint32\n      byte_order: big\n", at: "bus: rs485\n      unit: 1\n      table: input\n      address: 10", msg: "needs word_order"},
@@ -411,6 +427,45 @@ func TestEmptyAndNonMapping(t *testing.T) {
 		m, diags := Parse("m.yml", []byte(text))
 		if m != nil || !diags.HasErrors() {
 			t.Errorf("%q: want an error, got %v", text, diags)
+		}
+	}
+}
+
+// validate tells which RS-485 directions fit a port, where its path says
+// what it is.
+func TestRS485PortKinds(t *testing.T) {
+	for _, c := range []struct {
+		port, rs485, msg string
+		warning          bool
+	}{
+		{"/dev/ttyUSB0", "direction: kernel, rts_on_send: true", "USB adapters have no kernel RS-485 mode", false},
+		{"/dev/ttyACM0", "direction: kernel, rts_on_send: true", "USB adapters have no kernel RS-485 mode", false},
+		{"/dev/ttyAMA0", "enabled: true, rts_on_send: true", "enabled: true is direction: kernel; write that instead", true},
+		{"/dev/serial/by-path/platform-3f980000.usb-usb-0:1.2:1.0-port0", "direction: kernel, rts_after_send: true", "USB adapters", false},
+		{"/dev/pts/3", "direction: kernel, rts_on_send: true", "pseudo-terminal, which has no kernel RS-485 mode", false},
+		{"/dev/pts/3", "direction: rts, rts_on_send: true", "pseudo-terminal, which has no RTS line", false},
+		{"/dev/ttyUSB0", "direction: rts, rts_on_send: true", "RTS set over USB", true},
+		{"/dev/ttyAMA0", "direction: kernel, rts_on_send: true, delay_rts_after_send_us: 500", "", false},
+		{"/dev/ttyAMA0", "direction: rts, rts_after_send: true", "", false},
+		{"/dev/pts/3", "direction: gpio, gpio: {bus: gpio, offset: 4, active_low: true}", "", false},
+		{"/dev/ttyUSB0", "direction: auto", "", false},
+	} {
+		text := strings.NewReplacer(
+			"/dev/serial/by-id/usb-FTDI_FT232R_USB_UART_A10K1234-if00-port0", c.port,
+			"    rs485:\n      direction: auto\n", "    rs485: {"+c.rs485+"}\n",
+		).Replace(readFile(t, greenhouse))
+		m, diags := Parse("m.yml", []byte(text))
+		var found []string
+		for _, d := range diags {
+			if !strings.Contains(d.Msg, "by-id") {
+				found = append(found, d.Msg)
+			}
+		}
+		switch {
+		case c.msg == "" && (m == nil || len(found) > 0):
+			t.Errorf("%s with {%s}: want no findings, got:\n%s", c.port, c.rs485, diags)
+		case c.msg != "" && (len(found) != 1 || !strings.Contains(found[0], c.msg) || c.warning == diags.HasErrors()):
+			t.Errorf("%s with {%s}: want one %s containing %q, got:\n%s", c.port, c.rs485, map[bool]string{true: "warning", false: "error"}[c.warning], c.msg, diags)
 		}
 	}
 }

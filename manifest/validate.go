@@ -43,6 +43,8 @@ type validator struct {
 	d       *strictyaml.Decoder
 	m       *Manifest
 	usedBus map[string]bool
+	// dirLines are the RS-485 direction lines (gpioLineKey) and the bus each switches.
+	dirLines map[string]string
 }
 
 func (v *validator) errorf(p strictyaml.Pos, path, format string, args ...any) {
@@ -68,6 +70,7 @@ func (v *validator) run() {
 		v.errorf(m.At.Of("profile"), "profile", "must be full or lite, got %q", m.Profile)
 	}
 	v.usedBus = map[string]bool{}
+	v.dirLines = map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(m.Buses)) {
 		v.bus(m.Buses[name])
 	}
@@ -246,10 +249,126 @@ func (v *validator) rtu(b *Bus, k *ModbusRTUBus, path string) {
 	v.timeout(k.At, path, k.TimeoutMs)
 	v.nonNegative(k.At, path, "retries", k.Retries)
 	v.maxGap(k.At, path, &k.MaxGap)
-	if r := k.RS485; r != nil {
-		v.nonNegative(r.At, path+".rs485", "delay_rts_before_send_us", r.DelayRTSBeforeSendUs)
-		v.nonNegative(r.At, path+".rs485", "delay_rts_after_send_us", r.DelayRTSAfterSendUs)
+	if k.RS485 != nil {
+		v.rs485(b, k, path+".rs485")
 	}
+}
+
+// maxRS485DelayUs is the kernel's cap on RS-485 RTS delays (100 ms); the
+// user-space modes keep it, so a delay never eats a frame's whole timeout.
+const maxRS485DelayUs = 100_000
+
+// portKind tells a USB adapter or a pseudo-terminal from its path, where the
+// path says so ("" otherwise: an on-board UART or a name it cannot tell).
+func portKind(port string) string {
+	switch {
+	case strings.HasPrefix(port, "/dev/ttyUSB"), strings.HasPrefix(port, "/dev/ttyACM"),
+		strings.HasPrefix(port, "/dev/serial/by-id/usb-"),
+		strings.HasPrefix(port, "/dev/serial/by-path/") && strings.Contains(port, "usb"):
+		return "usb"
+	case strings.HasPrefix(port, "/dev/pts/"), port == "/dev/ptmx":
+		return "pty"
+	}
+	return ""
+}
+
+func (v *validator) rs485(b *Bus, k *ModbusRTUBus, path string) {
+	r := k.RS485
+	at := r.At
+	modeKey := "direction"
+	switch {
+	case at.Has("direction") && at.Has("enabled"):
+		v.errorf(at.Of("enabled"), path+".enabled", "enabled is the older spelling of direction (true: kernel, false: auto); remove it")
+	case at.Has("enabled"):
+		modeKey = "enabled"
+		v.warnf(at.Of("enabled"), path+".enabled", "enabled: %v is direction: %s; write that instead", r.Enabled, r.Mode())
+	}
+	mode := r.Mode()
+	if !slices.Contains(rs485Directions, mode) {
+		v.errorf(at.Of("direction"), path+".direction", "must be %s, got %q", quoteList(rs485Directions), mode)
+		return
+	}
+	switch kind := portKind(k.Port); {
+	case mode == DirKernel && kind == "usb":
+		v.errorf(at.Of(modeKey), path+"."+modeKey, "%q is a USB adapter: USB adapters have no kernel RS-485 mode (TIOCSRS485 fails with \"inappropriate ioctl for device\"); use direction: auto for a dongle that switches by itself (FTDI, CH340 RS-485 dongles), or rts", k.Port)
+	case mode == DirKernel && kind == "pty":
+		v.errorf(at.Of(modeKey), path+"."+modeKey, "%q is a pseudo-terminal, which has no kernel RS-485 mode; use direction: auto", k.Port)
+	case mode == DirRTS && kind == "pty":
+		v.errorf(at.Of(modeKey), path+"."+modeKey, "%q is a pseudo-terminal, which has no RTS line; use direction: auto", k.Port)
+	case mode == DirRTS && kind == "usb":
+		v.warnf(at.Of(modeKey), path+"."+modeKey, "%q is a USB adapter: RTS set over USB lands a millisecond or more after the last stop bit, late for a device that answers quickly; prefer an adapter that switches by itself (direction: auto)", k.Port)
+	}
+	rtsMode := mode == DirKernel || mode == DirRTS
+	if rtsMode && r.RTSOnSend == r.RTSAfterSend {
+		v.errorf(at.Of(modeKey), path, "direction %s needs the RTS level while sending: exactly one of rts_on_send: true (RTS asserted while sending, the usual wiring) or rts_after_send: true (asserted after sending, for an inverting driver-enable); the kernel would replace neither or both with rts_on_send", mode)
+	}
+	for _, o := range []struct {
+		key string
+		set bool
+	}{{"rts_on_send", r.RTSOnSend}, {"rts_after_send", r.RTSAfterSend}} {
+		if key := o.key; o.set && !rtsMode {
+			v.errorf(at.Of(key), path+"."+key, "applies to direction kernel and rts; direction %s does not drive RTS", mode)
+		}
+	}
+	if r.RXDuringTX && mode != DirKernel {
+		v.errorf(at.Of("rx_during_tx"), path+".rx_during_tx", "applies to direction kernel only")
+	}
+	for _, d := range []struct {
+		key string
+		us  int
+	}{{"delay_rts_before_send_us", r.DelayRTSBeforeSendUs}, {"delay_rts_after_send_us", r.DelayRTSAfterSendUs}} {
+		switch key, us := d.key, d.us; {
+		case !at.Has(key):
+		case mode == DirAuto:
+			v.errorf(at.Of(key), path+"."+key, "direction auto: the adapter switches by itself, so a delay has no effect; remove it")
+		case us < 0 || us > maxRS485DelayUs:
+			v.errorf(at.Of(key), path+"."+key, "must be 0..%d (100 ms), got %d", maxRS485DelayUs, us)
+		}
+	}
+	switch {
+	case mode == DirGPIO && r.GPIO == nil:
+		v.errorf(at.Of(modeKey), path, "direction gpio needs gpio: {bus: <a gpio bus>, line: <the driver-enable line's name>}")
+	case mode != DirGPIO && r.GPIO != nil:
+		v.errorf(at.Of("gpio"), path+".gpio", "applies to direction gpio only")
+	case r.GPIO != nil:
+		v.rs485Line(b, r.GPIO, path+".gpio")
+	}
+}
+
+// rs485Line checks the direction line of direction gpio and claims it, so no
+// capability binds it too.
+func (v *validator) rs485Line(b *Bus, l *RS485Line, path string) {
+	gb := v.m.Buses[l.Bus]
+	switch {
+	case l.Bus == "":
+		return // missing bus: already reported
+	case gb == nil:
+		v.errorf(l.At.Of("bus"), path+".bus", "unknown bus %q", l.Bus)
+		return
+	case gb.GPIO == nil:
+		v.errorf(l.At.Of("bus"), path+".bus", "bus %q is %s, not gpio", l.Bus, gb.Type)
+		return
+	case gb.Simulated && !b.Simulated:
+		v.errorf(l.At.Of("bus"), path+".bus", "bus %q is simulated, so it cannot switch the real transceiver of bus %q", l.Bus, b.Name)
+	}
+	v.usedBus[l.Bus] = true
+	switch {
+	case l.At.Has("line") == l.At.Has("offset"):
+		v.errorf(l.At.Self, path, "give the line by name (line, preferred) or by offset, exactly one")
+		return
+	case l.Offset < 0:
+		v.errorf(l.At.Of("offset"), path+".offset", "must not be negative, got %d", l.Offset)
+		return
+	}
+	v.dirLines[gpioLineKey(l.Bus, l.Line, l.At.Has("offset"), l.Offset)] = "buses." + b.Name + ".rs485"
+}
+
+// gpioLineKey identifies a line on a bus as the manifest names it.
+func gpioLineKey(bus, line string, hasOffset bool, offset int) string {
+	if hasOffset {
+		return bus + "\x00#" + strconv.Itoa(offset)
+	}
+	return bus + "\x00" + line
 }
 
 func (v *validator) capabilities() {
@@ -277,11 +396,10 @@ func (v *validator) capabilities() {
 		v.simulation(path, c, doNames)
 		v.interlocks(path, c)
 		if g := c.Binding.GPIO; g != nil {
-			key := c.Binding.Bus + "\x00" + g.Line
-			if g.HasOffset {
-				key = c.Binding.Bus + "\x00#" + strconv.Itoa(g.Offset)
-			}
-			if first, dup := gpioLines[key]; dup {
+			key := gpioLineKey(c.Binding.Bus, g.Line, g.HasOffset, g.Offset)
+			if owner, dir := v.dirLines[key]; dir {
+				v.errorf(c.Binding.At.Self, path+".binding", "the GPIO line is the RS-485 direction line of %s; a line can be requested only once", owner)
+			} else if first, dup := gpioLines[key]; dup {
 				v.errorf(c.Binding.At.Self, path+".binding", "the GPIO line is already bound by %s (line %d); a line can be requested only once", first.ToolName(), first.At.Self.Line)
 			} else {
 				gpioLines[key] = c

@@ -30,11 +30,11 @@ func rtuManifest(t *testing.T, port string) string {
 	}
 	text := string(b)
 	for old, new := range map[string]string{
-		"port: /dev/serial/by-id/usb-FTDI_FT232R_USB_UART_A10K1234-if00-port0":                         "port: " + port,
-		"    rs485:\n      enabled: true\n    simulated: true\n    simulation:\n      latency_ms: 5\n": "",
-		"    simulation:\n      initial: 18\n":                                                         "",
-		"    simulation:\n      initial: 45\n      noise: 0.2\n":                                       "",
-		"    simulation:\n      initial: 1234.56\n":                                                    "",
+		"port: /dev/serial/by-id/usb-FTDI_FT232R_USB_UART_A10K1234-if00-port0":                           "port: " + port,
+		"    rs485:\n      direction: auto\n    simulated: true\n    simulation:\n      latency_ms: 5\n": "",
+		"    simulation:\n      initial: 18\n":                                                           "",
+		"    simulation:\n      initial: 45\n      noise: 0.2\n":                                         "",
+		"    simulation:\n      initial: 1234.56\n":                                                      "",
 	} {
 		if strings.Count(text, old) != 1 {
 			t.Fatalf("the example manifest changed: %q", old)

@@ -169,9 +169,6 @@ func TestSerialSettings(t *testing.T) {
 			t.Errorf("serialMode(%+v): no error", bad)
 		}
 	}
-	if err := checkRS485(&manifest.RS485{RTSOnSend: true}); err == nil {
-		t.Error("rs485 options without enabled: no error")
-	}
 	if err := rtuUnitOK(0); err == nil {
 		t.Error("RTU unit 0 accepted")
 	}

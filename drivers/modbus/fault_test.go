@@ -72,7 +72,7 @@ func newFaultBus(t *testing.T, transport string, retries int) faultBus {
 	} else {
 		srv := modbusfault.StartRTU(t)
 		fb.dev, fb.stop = srv.Device, srv.Close
-		fb.bus, err = newRTUBus(&manifest.ModbusRTUBus{Port: srv.Path(), Baud: 115200, Parity: "none", StopBits: 1}, set)
+		fb.bus, err = newRTUBus(&manifest.ModbusRTUBus{Port: srv.Path(), Baud: 115200, Parity: "none", StopBits: 1}, set, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -214,7 +214,7 @@ func (rp *rtuPeer) bus(t testing.TB, timeoutMs, retries, maxGap int) *Bus {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := newRTUBus(&manifest.ModbusRTUBus{Port: rp.client(), Baud: 115200, Parity: "none", StopBits: 1}, set)
+	b, err := newRTUBus(&manifest.ModbusRTUBus{Port: rp.client(), Baud: 115200, Parity: "none", StopBits: 1}, set, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,15 +313,6 @@ func TestRTUPeer(t *testing.T) {
 			_, err := b.ReadRegisters(ctx, 1, manifest.TableHolding, 0, 1)
 			return err
 		})
-	})
-
-	t.Run("rs485 on a pseudo-terminal is refused clearly", func(t *testing.T) {
-		set, _ := newSettings(0, 0, 0)
-		_, err := newRTUBus(&manifest.ModbusRTUBus{Port: peer.client(), Baud: 115200, Parity: "none", StopBits: 1,
-			RS485: &manifest.RS485{Enabled: true, RTSOnSend: true}}, set)
-		if err == nil || !strings.Contains(err.Error(), "TIOCSRS485") {
-			t.Fatalf("err = %v, want the driver's refusal of TIOCSRS485", err)
-		}
 	})
 }
 

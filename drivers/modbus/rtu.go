@@ -2,6 +2,7 @@ package modbus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 // is opened now, so a wrong path or an RS-485 setting the driver refuses is
 // reported at start-up; after a port error (adapter unplugged) it is reopened
 // with backoff.
-func OpenRTU(_ context.Context, _ *manifest.Manifest, b *manifest.Bus) (drivers.Bus, error) {
+func OpenRTU(ctx context.Context, m *manifest.Manifest, b *manifest.Bus) (drivers.Bus, error) {
 	c := b.ModbusRTU
 	if c == nil {
 		return nil, fmt.Errorf("bus %q: no modbus-rtu settings", b.Name)
@@ -25,23 +26,33 @@ func OpenRTU(_ context.Context, _ *manifest.Manifest, b *manifest.Bus) (drivers.
 	if err != nil {
 		return nil, fmt.Errorf("bus %q: %w", b.Name, err)
 	}
-	bus, err := newRTUBus(c, set)
+	line, err := openDirLine(ctx, m, c.RS485)
 	if err != nil {
+		return nil, fmt.Errorf("bus %q: %w", b.Name, err)
+	}
+	bus, err := newRTUBus(c, set, line)
+	if err != nil {
+		if line != nil {
+			line.close()
+		}
 		return nil, fmt.Errorf("bus %q: %w", b.Name, err)
 	}
 	return bus, nil
 }
 
-func newRTUBus(c *manifest.ModbusRTUBus, set settings) (*Bus, error) {
+// newRTUBus opens the bus; sw is the RS-485 direction switch of the rts and
+// gpio modes (see newDirection).
+func newRTUBus(c *manifest.ModbusRTUBus, set settings, sw switcher) (*Bus, error) {
 	mode, err := serialMode(c)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkRS485(c.RS485); err != nil {
+	dir, err := newDirection(c.Port, c.RS485, mode, sw)
+	if err != nil {
 		return nil, err
 	}
 	stop := make(chan struct{})
-	tr := &rtuTransport{path: c.Port, mode: mode, rs485: c.RS485, stop: stop, gap: frameGap(mode)}
+	tr := &rtuTransport{path: c.Port, mode: mode, dir: dir, stop: stop, gap: frameGap(mode)}
 	if err := tr.open(); err != nil {
 		return nil, err
 	}
@@ -98,14 +109,7 @@ func frameGap(m *serial.Mode) time.Duration {
 	if m.BaudRate > 19200 {
 		return 1750 * time.Microsecond
 	}
-	bits := 1 + m.DataBits + 1 // start, data, one stop
-	if m.Parity != serial.NoParity {
-		bits++
-	}
-	if m.StopBits == serial.TwoStopBits {
-		bits++
-	}
-	return time.Duration(float64(bits) * 3.5 * float64(time.Second) / float64(m.BaudRate))
+	return charTime(m) * 7 / 2
 }
 
 // rtuTransport carries RTU frames over a serial port: wait out the inter-frame
@@ -114,7 +118,7 @@ func frameGap(m *serial.Mode) time.Duration {
 type rtuTransport struct {
 	path     string
 	mode     *serial.Mode
-	rs485    *manifest.RS485
+	dir      *direction
 	stop     <-chan struct{}
 	gap      time.Duration
 	port     serial.Port
@@ -130,23 +134,28 @@ func (t *rtuTransport) prepare(d time.Time, _ bool) { t.deadline = d }
 // fault needs nothing: every exchange starts by discarding stale input.
 func (t *rtuTransport) fault() {}
 
+// close closes the bus's port and releases its RS-485 direction line.
 func (t *rtuTransport) close() error {
+	return errors.Join(t.closePort(), t.dir.close())
+}
+
+func (t *rtuTransport) closePort() error {
 	if t.port == nil {
 		return nil
 	}
+	t.dir.closePort()
 	err := t.port.Close()
 	t.port = nil
 	return err
 }
 
 func (t *rtuTransport) open() error {
-	if t.rs485 != nil && t.rs485.Enabled {
-		if err := setRS485(t.path, t.rs485); err != nil {
-			return fmt.Errorf("%s: %w", t.path, err)
-		}
+	if err := t.dir.openPort(); err != nil {
+		return fmt.Errorf("%s: %w", t.path, err)
 	}
 	p, err := serial.Open(t.path, t.mode)
 	if err != nil {
+		t.dir.closePort()
 		return fmt.Errorf("%w: opening %s: %w", drivers.ErrUnreachable, t.path, err)
 	}
 	t.port = p
@@ -170,7 +179,7 @@ func (t *rtuTransport) reopen() error {
 
 // portError closes the port after an I/O error so the next exchange reopens it.
 func (t *rtuTransport) portError(what string, err error) error {
-	_ = t.close()
+	_ = t.closePort()
 	t.bo.failed(time.Now(), err)
 	return fmt.Errorf("%w: %s %s: %w", drivers.ErrUnreachable, what, t.path, err)
 }
@@ -189,16 +198,14 @@ func (t *rtuTransport) Send(adu []byte) ([]byte, error) {
 	if err := t.port.ResetInputBuffer(); err != nil {
 		return nil, notSent(t.portError("flushing", err))
 	}
-	for sent := 0; sent < len(adu); {
-		n, err := t.port.Write(adu[sent:])
-		if err != nil {
-			err = t.portError("writing", err)
-			if sent+max(n, 0) == 0 {
-				err = notSent(err)
-			}
-			return nil, err
-		}
-		sent += n
+	if err := t.dir.transmit(); err != nil {
+		return nil, notSent(t.portError("switching", err))
+	}
+	if err := t.write(adu); err != nil {
+		return nil, err
+	}
+	if err := t.dir.receive(); err != nil {
+		return nil, t.portError("switching", err)
 	}
 	var buf [256]byte
 	got := 0
@@ -231,6 +238,24 @@ func (t *rtuTransport) Send(adu []byte) ([]byte, error) {
 		// n == 0 is go.bug.st/serial's read timeout; the loop checks the deadline.
 		got += n
 	}
+}
+
+// write puts adu on the wire. The direction is switched back to receive
+// before a failure is reported, so a transceiver is never left transmitting.
+func (t *rtuTransport) write(adu []byte) error {
+	for sent := 0; sent < len(adu); {
+		n, err := t.port.Write(adu[sent:])
+		if err != nil {
+			_ = t.dir.receive()
+			err = t.portError("writing", err)
+			if sent+max(n, 0) == 0 {
+				err = notSent(err)
+			}
+			return err
+		}
+		sent += n
+	}
+	return nil
 }
 
 // rtuReplyLen is the full length of the RTU reply that starts with b, or 0
