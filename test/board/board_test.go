@@ -17,6 +17,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/physmcp/physmcpd/internal/modbusfault"
 	"github.com/physmcp/physmcpd/internal/testenv"
 )
 
@@ -28,7 +29,10 @@ const (
 	gpioDevice = "/machine/soc/gpio1"
 	gpioNode   = "/soc/bus@2000000/gpio@209c000"                    // in the DTB
 	uart1Node  = "/soc/bus@2000000/spba-bus@2000000/serial@2020000" // ttymxc0
-	setupHint  = "run .ci/setup.d/50-qemu.sh (as root): it installs qemu-system-arm and fdtput and extracts Debian's armmp kernel into .cache/board/"
+	// UART3 and UART4 (ttymxc2, ttymxc3), disabled in the DTB, carry the RS-485 buses.
+	uart3Node = "/soc/bus@2100000/serial@21ec000"
+	uart4Node = "/soc/bus@2100000/serial@21f0000"
+	setupHint = "run .ci/setup.d/50-qemu.sh (as root): it installs qemu-system-arm and fdtput and extracts Debian's armmp kernel into .cache/board/"
 )
 
 // The lines of gpio1 the manifest binds, and the one the host raises to
@@ -115,7 +119,9 @@ func buildInitramfs(t *testing.T, kernelDir, to string, serveArgs []string) {
 // gpio1's lines named (Debian's DTB names none), so the manifest finds
 // lines by name, and UART1 (physmcpd's log) without DMA, which qemu's
 // sabrelite does not emulate for it: with DMA the kernel never sends and a
-// writer blocks once the tty buffer is full.
+// writer blocks once the tty buffer is full. UART3 and UART4 are enabled the
+// same way, with RTS wired (uart-has-rtscts): the i.MX driver offers its
+// RS-485 mode only on a UART with RTS.
 func patchDTB(t *testing.T, kernelDir, to string) {
 	t.Helper()
 	dtb, err := os.ReadFile(filepath.Join(kernelDir, "imx6q-sabrelite.dtb"))
@@ -129,7 +135,12 @@ func patchDTB(t *testing.T, kernelDir, to string) {
 	for i := range 32 {
 		names = append(names, lineNames[i])
 	}
-	for _, args := range [][]string{names, {"-d", to, uart1Node, "dmas", "dma-names"}} {
+	edits := [][]string{names, {"-d", to, uart1Node, "dmas", "dma-names"}}
+	for _, node := range []string{uart3Node, uart4Node} {
+		edits = append(edits, []string{"-d", to, node, "dmas", "dma-names"},
+			[]string{"-t", "s", to, node, "status", "okay"}, []string{"-t", "s", to, node, "uart-has-rtscts", ""})
+	}
+	for _, args := range edits {
 		if b, err := exec.Command("fdtput", args...).CombinedOutput(); err != nil {
 			t.Fatalf("fdtput %s: %v\n%s", strings.Join(args, " "), err, b)
 		}
@@ -142,7 +153,8 @@ type board struct {
 	gpio    *qtest
 	console *console
 	mcp     *client.Client
-	uart1   string // physmcpd's log (the first UART)
+	uart1   string           // physmcpd's log (the first UART)
+	modbus  *modbusfault.RTU // the Modbus device on UART3 (RS-485, kernel mode)
 }
 
 func boot(t *testing.T, ctx context.Context) *board {
@@ -155,11 +167,13 @@ func boot(t *testing.T, ctx context.Context) *board {
 	// the clock synchronised and every reading would be degraded.
 	buildInitramfs(t, kernelDir, initrd, []string{"serve", "--manifest", "/board/physmcp.manifest.yml",
 		"--policy", "/board/physmcp.policy.yml", "--stdio", "--state-dir", "/state", "--log-level", "debug", "--trust-clock"})
-	b := &board{uart1: filepath.Join(dir, "uart1.log")}
+	b := &board{uart1: filepath.Join(dir, "uart1.log"), modbus: modbusfault.StartRTU(t)}
+	b.modbus.Device.Set(modbusfault.HoldingRegisters, 0, 1234)
 	qmpSock, qtestSock := filepath.Join(dir, "qmp.sock"), filepath.Join(dir, "qtest.sock")
 	cmd := exec.Command(qemu, "-M", "sabrelite", "-smp", "1", "-m", "256M",
 		"-display", "none", "-monitor", "none", "-no-reboot", "-accel", "tcg",
 		"-serial", "file:"+b.uart1, "-serial", "stdio", // UART1: physmcpd's log; UART2: console and MCP
+		"-serial", b.modbus.Path(), "-serial", "null", // UART3: a Modbus device on the host's pty; UART4: nothing
 		"-kernel", filepath.Join(kernelDir, "vmlinuz"), "-dtb", dtb,
 		"-initrd", initrd,
 		"-device", "tmp105,id=temp0,bus=i2c-bus.0,address=0x48", // i2c-bus.0 = i2c1@21a0000 = /dev/i2c-0
@@ -257,7 +271,7 @@ func TestBoard(t *testing.T) {
 	for _, tool := range list.Tools {
 		names = append(names, tool.Name)
 	}
-	if got, want := strings.Join(names, " "), "can_do do_overtemp_limit do_pump do_relay do_status_led read_board_temperature read_button_pressed read_expansion_temperature read_missing_sensor_temperature read_overtemp_limit"; got != want {
+	if got, want := strings.Join(names, " "), "can_do do_overtemp_limit do_pump do_relay do_status_led read_board_temperature read_button_pressed read_expansion_temperature read_line_pressure read_missing_sensor_temperature read_overtemp_limit read_return_pressure"; got != want {
 		t.Fatalf("tools %s, want %s", got, want)
 	}
 
@@ -385,6 +399,24 @@ func TestBoard(t *testing.T) {
 		}
 		if last, ok := b.gpio.waitOutput(pumpLine, 1, 5*time.Second); !ok {
 			t.Errorf("do_pump true: the host saw line %d at %d, want 1", pumpLine, last)
+		}
+	})
+
+	t.Run("RS-485 kernel mode on the i.MX UART", func(t *testing.T) {
+		// ttymxc2 took TIOCSRS485 (RTS on send, 1 ms after) and read it
+		// back unchanged: the bus serves the device on the host's pty.
+		if r := b.call(t, ctx, "read_line_pressure", nil); r["quality"] != "good" || r["value"] != 1234.0 {
+			t.Errorf("read over RS-485 in kernel mode: %v", r)
+		}
+		if n := b.modbus.Device.Requests(3); n == 0 {
+			t.Error("the Modbus device on UART3 got no request")
+		}
+		// On ttymxc3 RTS after send (RTS low while sending) makes the i.MX
+		// driver keep the receiver on too; physmcpd reads that back and
+		// refuses: the frame's echo would be taken for the reply.
+		r := b.call(t, ctx, "read_return_pressure", nil)
+		if want := "the driver changed the kernel RS-485 settings: rx_during_tx asked false, got true"; r["quality"] != "error" || !strings.Contains(fmt.Sprint(r["detail"]), want) {
+			t.Errorf("read on the bus whose setting the driver changed: %v, want quality error naming %q", r, want)
 		}
 	})
 
