@@ -143,10 +143,11 @@ const (
 
 // classify sorts a transaction's error for the breaker.
 func classify(err error) outcome {
+	if err == nil {
+		return answered // before ex, which errors.As puts on the heap
+	}
 	var ex *drivers.ModbusException
 	switch {
-	case err == nil:
-		return answered
 	case errors.As(err, &ex):
 		// A gateway that cannot reach its target (10, 11) is a dead device;
 		// any other exception is the device answering.
