@@ -29,9 +29,10 @@ const (
 	gpioDevice = "/machine/soc/gpio1"
 	gpioNode   = "/soc/bus@2000000/gpio@209c000"                    // in the DTB
 	uart1Node  = "/soc/bus@2000000/spba-bus@2000000/serial@2020000" // ttymxc0
-	// UART3 and UART4 (ttymxc2, ttymxc3), disabled in the DTB, carry the RS-485 buses.
+	// UART3..5 (ttymxc2..4), disabled in the DTB, carry the RS-485 buses.
 	uart3Node = "/soc/bus@2100000/serial@21ec000"
 	uart4Node = "/soc/bus@2100000/serial@21f0000"
+	uart5Node = "/soc/bus@2100000/serial@21f4000"
 	setupHint = "run .ci/setup.d/50-qemu.sh (as root): it installs qemu-system-arm and fdtput and extracts Debian's armmp kernel into .cache/board/"
 )
 
@@ -39,9 +40,12 @@ const (
 // make the other program release the pump's line.
 const ledLine, buttonLine, relayLine, pumpLine, releaseLine = 5, 6, 7, 8, 9
 
+// dirLine is the RS-485 direction line of the bus on UART5 (direction gpio).
+const dirLine = 10
+
 // lineNames are the gpio-line-names the test gives gpio1 in the device tree
 // (Debian's DTB names none), so the manifest finds lines by name.
-var lineNames = map[int]string{ledLine: "STATUS_LED", buttonLine: "BUTTON", relayLine: "RELAY", pumpLine: "PUMP"}
+var lineNames = map[int]string{ledLine: "STATUS_LED", buttonLine: "BUTTON", relayLine: "RELAY", pumpLine: "PUMP", dirLine: "RS485_DE"}
 
 // prerequisites finds qemu-system-arm and the cached kernel, skipping (or
 // failing on CI) without them.
@@ -120,8 +124,8 @@ func buildInitramfs(t *testing.T, kernelDir, to string, serveArgs []string) {
 // lines by name, and UART1 (physmcpd's log) without DMA, which qemu's
 // sabrelite does not emulate for it: with DMA the kernel never sends and a
 // writer blocks once the tty buffer is full. UART3 and UART4 are enabled the
-// same way, with RTS wired (uart-has-rtscts): the i.MX driver offers its
-// RS-485 mode only on a UART with RTS.
+// same way (and UART5), with RTS wired (uart-has-rtscts): the i.MX driver
+// offers its RS-485 mode only on a UART with RTS.
 func patchDTB(t *testing.T, kernelDir, to string) {
 	t.Helper()
 	dtb, err := os.ReadFile(filepath.Join(kernelDir, "imx6q-sabrelite.dtb"))
@@ -136,7 +140,7 @@ func patchDTB(t *testing.T, kernelDir, to string) {
 		names = append(names, lineNames[i])
 	}
 	edits := [][]string{names, {"-d", to, uart1Node, "dmas", "dma-names"}}
-	for _, node := range []string{uart3Node, uart4Node} {
+	for _, node := range []string{uart3Node, uart4Node, uart5Node} {
 		edits = append(edits, []string{"-d", to, node, "dmas", "dma-names"},
 			[]string{"-t", "s", to, node, "status", "okay"}, []string{"-t", "s", to, node, "uart-has-rtscts", ""})
 	}
@@ -155,6 +159,7 @@ type board struct {
 	mcp     *client.Client
 	uart1   string           // physmcpd's log (the first UART)
 	modbus  *modbusfault.RTU // the Modbus device on UART3 (RS-485, kernel mode)
+	modbus5 *modbusfault.RTU // the one on UART5 (RS-485, direction gpio)
 }
 
 func boot(t *testing.T, ctx context.Context) *board {
@@ -167,13 +172,14 @@ func boot(t *testing.T, ctx context.Context) *board {
 	// the clock synchronised and every reading would be degraded.
 	buildInitramfs(t, kernelDir, initrd, []string{"serve", "--manifest", "/board/physmcp.manifest.yml",
 		"--policy", "/board/physmcp.policy.yml", "--stdio", "--state-dir", "/state", "--log-level", "debug", "--trust-clock"})
-	b := &board{uart1: filepath.Join(dir, "uart1.log"), modbus: modbusfault.StartRTU(t)}
+	b := &board{uart1: filepath.Join(dir, "uart1.log"), modbus: modbusfault.StartRTU(t), modbus5: modbusfault.StartRTU(t)}
 	b.modbus.Device.Set(modbusfault.HoldingRegisters, 0, 1234)
+	b.modbus5.Device.Set(modbusfault.HoldingRegisters, 0, 77)
 	qmpSock, qtestSock := filepath.Join(dir, "qmp.sock"), filepath.Join(dir, "qtest.sock")
 	cmd := exec.Command(qemu, "-M", "sabrelite", "-smp", "1", "-m", "256M",
 		"-display", "none", "-monitor", "none", "-no-reboot", "-accel", "tcg",
 		"-serial", "file:"+b.uart1, "-serial", "stdio", // UART1: physmcpd's log; UART2: console and MCP
-		"-serial", b.modbus.Path(), "-serial", "null", // UART3: a Modbus device on the host's pty; UART4: nothing
+		"-serial", b.modbus.Path(), "-serial", "null", "-serial", b.modbus5.Path(), // UART3, 5: Modbus devices on the host's ptys; UART4: nothing
 		"-kernel", filepath.Join(kernelDir, "vmlinuz"), "-dtb", dtb,
 		"-initrd", initrd,
 		"-device", "tmp105,id=temp0,bus=i2c-bus.0,address=0x48", // i2c-bus.0 = i2c1@21a0000 = /dev/i2c-0
@@ -271,7 +277,7 @@ func TestBoard(t *testing.T) {
 	for _, tool := range list.Tools {
 		names = append(names, tool.Name)
 	}
-	if got, want := strings.Join(names, " "), "can_do do_overtemp_limit do_pump do_relay do_status_led read_board_temperature read_button_pressed read_expansion_temperature read_line_pressure read_missing_sensor_temperature read_overtemp_limit read_return_pressure"; got != want {
+	if got, want := strings.Join(names, " "), "can_do do_overtemp_limit do_pump do_relay do_status_led read_board_temperature read_button_pressed read_expansion_temperature read_line_pressure read_missing_sensor_temperature read_overtemp_limit read_return_pressure read_tank_level"; got != want {
 		t.Fatalf("tools %s, want %s", got, want)
 	}
 
@@ -417,6 +423,24 @@ func TestBoard(t *testing.T) {
 		r := b.call(t, ctx, "read_return_pressure", nil)
 		if want := "the driver changed the kernel RS-485 settings: rx_during_tx asked false, got true"; r["quality"] != "error" || !strings.Contains(fmt.Sprint(r["detail"]), want) {
 			t.Errorf("read on the bus whose setting the driver changed: %v, want quality error naming %q", r, want)
+		}
+	})
+
+	t.Run("RS-485 direction gpio drives its line around each frame", func(t *testing.T) {
+		// The line was requested at receive (low): the host saw no change.
+		if h := b.gpio.history(dirLine); len(h) > 0 {
+			t.Fatalf("before any frame the host saw the direction line at %v", h)
+		}
+		for range 3 {
+			if r := b.call(t, ctx, "read_tank_level", nil); r["quality"] != "good" || r["value"] != 77.0 {
+				t.Fatalf("read over RS-485 with a GPIO direction line: %v", r)
+			}
+		}
+		// High for each request the device got, low again before its reply was read.
+		frames := b.modbus5.Device.Requests(3)
+		want := strings.Repeat("1 0 ", frames)
+		if h := fmt.Sprint(b.gpio.history(dirLine)); frames < 3 || h != "["+strings.TrimSpace(want)+"]" {
+			t.Errorf("the host saw the direction line at %s over %d requests, want [%s]", h, frames, strings.TrimSpace(want))
 		}
 	})
 
