@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -25,8 +26,17 @@ type RTU struct {
 // StartRTU opens a pseudo-terminal and serves on it until the test ends.
 func StartRTU(tb testing.TB) *RTU {
 	tb.Helper()
-	ptm, path, err := openPTY()
+	ptm, pts, err := openPTY()
 	if err != nil {
+		tb.Fatalf("modbusfault: %v", err)
+	}
+	// Clients get a link that Close removes: once this pseudo-terminal is
+	// gone its /dev/pts/N number is reused, and a client reopening the port
+	// after an error (as drivers do) would otherwise talk to another test's
+	// device, in this process or another.
+	path := filepath.Join(tb.TempDir(), "ttyFAULT")
+	if err := os.Symlink(pts, path); err != nil {
+		ptm.Close()
 		tb.Fatalf("modbusfault: %v", err)
 	}
 	s := &RTU{Device: newDevice(), ptm: ptm, path: path}
@@ -35,13 +45,15 @@ func StartRTU(tb testing.TB) *RTU {
 	return s
 }
 
-// Path is the serial port to open (/dev/pts/N).
+// Path is the serial port to open: a link to /dev/pts/N that lives as long
+// as the device.
 func (s *RTU) Path() string { return s.path }
 
-// Close stops the server and closes the pseudo-terminal.
+// Close stops the server, removes the link and closes the pseudo-terminal.
 func (s *RTU) Close() {
 	s.once.Do(func() {
 		close(s.done)
+		_ = os.Remove(s.path)
 		s.ptm.Close()
 		s.wg.Wait()
 	})
