@@ -18,11 +18,11 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"periph.io/x/conn/v3/i2c"
-	"periph.io/x/conn/v3/i2c/i2creg"
-	"periph.io/x/host/v3"
+	"periph.io/x/host/v3/sysfs"
 
 	"github.com/physmcp/physmcpd/drivers"
 	"github.com/physmcp/physmcpd/manifest"
@@ -50,15 +50,17 @@ func Open(_ context.Context, _ *manifest.Manifest, b *manifest.Bus) (drivers.Bus
 		return nil, fmt.Errorf("bus %q: timeout_ms %d: must not be negative", b.Name, c.TimeoutMs)
 	}
 	path := "/dev/i2c-" + m[2]
-	if _, err := host.Init(); err != nil {
-		return nil, fmt.Errorf("bus %q: periph host init: %w", b.Name, err)
-	}
 	if c.TimeoutMs > 0 {
 		if err := setAdapterTimeout(path, c.TimeoutMs); err != nil {
 			return nil, fmt.Errorf("bus %q: %w", b.Name, err)
 		}
 	}
-	dev, err := i2creg.Open(m[2])
+	// The adapter is opened directly rather than through periph's host
+	// registry: host.Init enumerates the adapters once per process (one that
+	// appears later would never be found) and, on arm, links and starts every
+	// board driver periph has (Allwinner, BCM283x, ...), which I2C does not use.
+	n, _ := strconv.Atoi(m[2])
+	dev, err := sysfs.NewI2C(n)
 	if err != nil {
 		return nil, fmt.Errorf("bus %q: %w: opening %s: %w", b.Name, drivers.ErrUnreachable, path, err)
 	}
