@@ -3,12 +3,18 @@
 # (-trimpath), stripped (-s -w), version and git revision stamped into
 # `physmcpd version` (also when built from an export without .git: give both).
 #
-#   ./build.sh                 every target into dist/
+#   ./build.sh                 every target, Full and Lite, into dist/
 #   ./build.sh armv6 arm64     only these targets
+#   BUILDS=lite ./build.sh     only the Lite build (BUILDS="full lite" is the default)
 #   OUT=dir VERSION=v1.2.3 REVISION=<commit> ./build.sh
 #
 # Targets: amd64 (linux/amd64), armv6 (linux/arm GOARM=6: Pi Zero/1),
 # armv7 (linux/arm GOARM=7: Pi 2/3 32-bit, i.MX6), arm64 (linux/arm64: Pi 3/4/5 64-bit).
+# Builds: full (physmcpd-TARGET: every profile and transport) and lite
+# (physmcpd-lite-TARGET, -tags lite: the lite profile only, on stdio or a serial
+# line, without the HTTP server, authentication, state store or audit trail).
+# The Full build leaves HTTP/2 out of net/http (-tags nethttpomithttp2, 0.5 MB):
+# streamable HTTP needs nothing of it, and HTTPS clients negotiate HTTP/1.1.
 set -euo pipefail
 cd "$(dirname "$0")"
 OUT=${OUT:-dist}
@@ -20,11 +26,18 @@ declare -A GOARCH_OF=([amd64]=amd64 [armv6]=arm [armv7]=arm [arm64]=arm64)
 declare -A GOARM_OF=([armv6]=6 [armv7]=7)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(amd64 armv6 armv7 arm64)
+declare -A PREFIX_OF=([full]=physmcpd [lite]=physmcpd-lite)
 mkdir -p "$OUT"
 for t in "${targets[@]}"; do
   arch=${GOARCH_OF[$t]:-}
   [ -n "$arch" ] || { echo "build.sh: unknown target $t (want amd64, armv6, armv7 or arm64)" >&2; exit 2; }
-  CGO_ENABLED=0 GOOS=linux GOARCH=$arch GOARM=${GOARM_OF[$t]:-} \
-    go build -trimpath -ldflags="-s -w -X main.buildVersion=$VERSION -X main.buildRevision=${REVISION:-}" -o "$OUT/physmcpd-$t" ./cmd/physmcpd
-  printf '%-8s %9d bytes  %s\n' "$t" "$(stat -c %s "$OUT/physmcpd-$t")" "$OUT/physmcpd-$t"
+  for b in ${BUILDS:-full lite}; do
+    prefix=${PREFIX_OF[$b]:-}
+    [ -n "$prefix" ] || { echo "build.sh: unknown build $b (want full or lite)" >&2; exit 2; }
+    tags=nethttpomithttp2; [ "$b" = lite ] && tags=lite
+    out="$OUT/$prefix-$t"
+    CGO_ENABLED=0 GOOS=linux GOARCH=$arch GOARM=${GOARM_OF[$t]:-} \
+      go build -tags "$tags" -trimpath -ldflags="-s -w -X main.buildVersion=$VERSION -X main.buildRevision=${REVISION:-}" -o "$out" ./cmd/physmcpd
+    printf '%-8s %-5s %9d bytes  %s\n' "$t" "$b" "$(stat -c %s "$out")" "$out"
+  done
 done

@@ -21,6 +21,7 @@ import (
 	"github.com/physmcp/physmcpd/auth"
 	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/manifest"
+	"github.com/physmcp/physmcpd/mcpserver/mcpcore"
 	"github.com/physmcp/physmcpd/promcp"
 )
 
@@ -70,7 +71,7 @@ func New(e *engine.Engine, opts Options) (*server.MCPServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	engineTools, err := groupTools(e, opts.Group)
+	surface, err := mcpcore.NewSurface(e, opts.Group, opts.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -82,34 +83,24 @@ func New(e *engine.Engine, opts Options) (*server.MCPServer, error) {
 	s := server.NewMCPServer(opts.Name, opts.Version,
 		server.WithToolCapabilities(false),
 		server.WithRecovery(),
-		server.WithInstructions(Instructions(m)+groupNote(m, opts.Group)),
+		server.WithInstructions(mcpcore.Instructions(m)+mcpcore.GroupNote(m, opts.Group)),
 		server.WithExperimental(map[string]any{"promcp": about}),
 		server.WithToolFilter(roleFilter(e, opts.Caller)),
 	)
-	a := &adapter{e: e, opts: opts, m: m, caps: map[string]*manifest.Capability{}, approvals: auth.NewApprovals(opts.Now)}
-	if len(engineTools) < len(e.Tools()) {
-		a.served = map[string]bool{}
-	}
+	a := &adapter{e: e, opts: opts, m: m, surface: surface, approvals: auth.NewApprovals(opts.Now)}
 	handlers := map[engine.ToolKind]server.ToolHandlerFunc{engine.ToolRead: a.read, engine.ToolDo: a.do, engine.ToolCanDo: a.canDo}
-	// GroupTools lists the tools in the order of groupTools.
-	for i, t := range engineTools {
-		a.caps[t.Name] = t.Capability
-		if a.served != nil {
-			a.served[t.Name] = true
-		}
+	// GroupTools lists the tools in the order of the surface's.
+	for i, t := range surface.Tools() {
 		s.AddTool(tools[i], a.logged(a.recovered(t.Kind, handlers[t.Kind])))
 	}
 	return s, nil
 }
 
 type adapter struct {
-	e    *engine.Engine
-	opts Options
-	m    *manifest.Manifest
-	caps map[string]*manifest.Capability // by tool name
-	// served names the tools of this endpoint when it serves only some of
-	// the device's (a group); nil when it serves them all.
-	served map[string]bool
+	e       *engine.Engine
+	opts    Options
+	m       *manifest.Manifest
+	surface *mcpcore.Surface // the endpoint's tools; read_* and can_do
 	// approvals signs the state that binds a person's approval to one call.
 	approvals *auth.Approvals
 }
@@ -130,29 +121,17 @@ func (a *adapter) logged(h server.ToolHandlerFunc) server.ToolHandlerFunc {
 }
 
 func (a *adapter) read(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	name := req.Params.Name
-	if args, problem := arguments(req); problem != "" || len(args) > 0 {
-		if problem == "" {
-			problem = fmt.Sprintf("%s takes no arguments (got %s)", name, strings.Join(slices.Sorted(maps.Keys(args)), ", "))
-		}
-		c := a.caps[name]
-		var unit *string
-		if c.Unit != "" {
-			unit = &c.Unit
-		}
-		return result(promcp.ReadResponse{Value: nil, Unit: unit, Timestamp: promcp.Time(a.opts.Now()),
-			Quality: promcp.QualityError, DeviceID: a.m.Device.ID, Detail: problem}, true)
-	}
-	resp, err := a.e.Read(ctx, a.opts.Caller(ctx), name)
+	args, problem := mcpcore.Arguments(req.Params.Arguments)
+	resp, isError, err := a.surface.Read(ctx, a.opts.Caller(ctx), req.Params.Name, args, problem)
 	if err != nil {
 		return nil, err
 	}
-	return result(resp, resp.Quality == promcp.QualityError)
+	return result(resp, isError)
 }
 
 func (a *adapter) do(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	name := req.Params.Name
-	args, problem := arguments(req)
+	args, problem := mcpcore.Arguments(req.Params.Arguments)
 	var dr promcp.DoRequest
 	if problem == "" {
 		dr.Value = args["value"]
@@ -186,7 +165,7 @@ func (a *adapter) refusal(tool, key, reason string) promcp.DoResponse {
 		key = promcp.NewUUID()
 	}
 	side := []string{}
-	if c := a.caps[tool]; c != nil && len(c.SideEffects) > 0 {
+	if c := a.surface.Capability(tool); c != nil && len(c.SideEffects) > 0 {
 		side = append(side, c.SideEffects...)
 	}
 	return promcp.DoResponse{
@@ -196,42 +175,12 @@ func (a *adapter) refusal(tool, key, reason string) promcp.DoResponse {
 }
 
 func (a *adapter) canDo(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	args, problem := arguments(req)
-	var cr promcp.CanDoRequest
-	if problem == "" {
-		var err error
-		if cr, err = promcp.ParseCanDo(args); err != nil {
-			problem = err.Error()
-		}
-	}
-	if problem != "" {
-		// Unroutable, not an error: the report itself explains what to fix.
-		return result(promcp.MalformedRequestReport(problem, a.m.Device.ID, a.opts.Now()), false)
-	}
-	if empty := a.scopeCanDo(&cr); empty != "" {
-		rep := promcp.MalformedRequestReport(empty, a.m.Device.ID, a.opts.Now())
-		rep.Unroutable[0].Reason = promcp.NoProducer
-		return result(rep, false)
-	}
-	rep, err := a.e.CanDo(ctx, a.opts.Caller(ctx), cr)
+	args, problem := mcpcore.Arguments(req.Params.Arguments)
+	rep, err := a.surface.CanDo(ctx, a.opts.Caller(ctx), args, problem)
 	if err != nil {
 		return nil, err
 	}
-	a.trimReport(&rep)
 	return result(rep, false)
-}
-
-// arguments returns the call's arguments as an object; a missing one is
-// empty, anything else is a problem described in words.
-func arguments(req mcp.CallToolRequest) (map[string]any, string) {
-	switch args := req.Params.Arguments.(type) {
-	case nil:
-		return map[string]any{}, ""
-	case map[string]any:
-		return args, ""
-	default:
-		return nil, "arguments must be a JSON object"
-	}
 }
 
 // result carries one proMCP body as structuredContent and, for clients that

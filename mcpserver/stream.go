@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"time"
 
 	"github.com/mark3labs/mcp-go/server"
-	"go.bug.st/serial"
 )
 
 // StreamLimits bound one newline-delimited JSON-RPC session (stdio or a
@@ -62,64 +60,4 @@ func (l *lineLimiter) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
-}
-
-// SerialPort is a serial line to serve on.
-type SerialPort struct {
-	Path string // e.g. /dev/ttyS0, /dev/ttyAMA0, /dev/serial/by-id/...
-	Baud int
-	// Opened, when set, is called once the line is first open, before the
-	// first session (systemd's READY=1 waits for it).
-	Opened func()
-}
-
-// serialRetry is how long ServeSerial waits before reopening a line that failed.
-const serialRetry = 2 * time.Second
-
-// ServeSerial serves s on a serial line (8N1, raw, newline-delimited
-// JSON-RPC, as on stdio) so that a proxy node can adopt this one. A line
-// that cannot be opened at the start is an error; a session that ends later
-// (the adapter was unplugged, the peer sent garbage) is logged and the line
-// reopened, until ctx is cancelled.
-func ServeSerial(ctx context.Context, s *server.MCPServer, sp SerialPort, lim StreamLimits, logger *slog.Logger) error {
-	if logger == nil {
-		logger = slog.Default()
-	}
-	mode := &serial.Mode{BaudRate: sp.Baud, DataBits: 8, Parity: serial.NoParity, StopBits: serial.OneStopBit}
-	port, err := serial.Open(sp.Path, mode)
-	if err != nil {
-		return fmt.Errorf("open serial line %s at %d baud: %w", sp.Path, sp.Baud, err)
-	}
-	logger.Info("serving on a serial line", "port", sp.Path, "baud", sp.Baud)
-	if sp.Opened != nil {
-		sp.Opened()
-	}
-	for {
-		err := serveOnce(ctx, s, port, lim)
-		if ctx.Err() != nil {
-			return nil
-		}
-		logger.Warn("serial session ended; reopening the line", "port", sp.Path, "err", err, "in", serialRetry)
-		for port = nil; port == nil; {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(serialRetry):
-			}
-			if port, err = serial.Open(sp.Path, mode); err != nil {
-				logger.Warn("cannot reopen the serial line", "port", sp.Path, "err", err)
-			}
-		}
-	}
-}
-
-// serveOnce runs one session and closes the port, which also releases
-// mcp-go's reader goroutine when the session ended on ctx.
-func serveOnce(ctx context.Context, s *server.MCPServer, port serial.Port, lim StreamLimits) error {
-	defer port.Close()
-	err := ServeStream(ctx, s, port, port, lim)
-	if err == nil {
-		err = io.EOF
-	}
-	return err
 }

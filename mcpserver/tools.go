@@ -1,244 +1,43 @@
 package mcpserver
 
 import (
-	"encoding/json"
-	"fmt"
-	"strings"
-
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/physmcp/physmcpd/engine"
-	"github.com/physmcp/physmcpd/manifest"
-	"github.com/physmcp/physmcpd/policy"
-	"github.com/physmcp/physmcpd/promcp"
+	"github.com/physmcp/physmcpd/mcpserver/mcpcore"
 )
 
-// Tools describes every tool the engine serves, in the engine's order, as MCP
-// tool definitions: generated input and output schemas, a description that
-// states the facts an agent needs before calling, and explicit annotations.
+// Tools describes every tool the engine serves, in the engine's order, as
+// mcp-go tool definitions (see mcpcore.Tools).
 func Tools(e *engine.Engine) ([]mcp.Tool, error) {
-	m, p := e.Manifest(), e.Policy()
-	var tools []mcp.Tool
-	for _, t := range e.Tools() {
-		var (
-			in, out promcp.Schema
-			title   string
-			desc    string
-			ann     mcp.ToolAnnotation
-		)
-		switch t.Kind {
-		case engine.ToolRead:
-			in, out = noArguments(), promcp.ReadOutputSchema(t.Capability)
-			title = "Read " + words(t.Capability.Name)
-			desc = readDescription(t.Capability) + accessFacts(p, t.Name, t.Capability)
-			ann = annotations(title, true, false)
-		case engine.ToolDo:
-			in, out = promcp.DoInputSchema(t.Capability), promcp.DoOutputSchema(t.Capability)
-			title = "Change " + words(t.Capability.Name)
-			desc = doDescription(t.Capability, accessFacts(p, t.Name, t.Capability)+limitFacts(p, t.Name, t.Capability))
-			ann = annotations(title, false, !compensable(t.Capability))
-		case engine.ToolCanDo:
-			in, out = promcp.CanDoInputSchema(), promcp.CanDoOutputSchema()
-			title = "Check whether an action is possible (dry run)"
-			desc = canDoDescription(m)
-			ann = annotations(title, true, false)
-		default:
-			return nil, fmt.Errorf("tool %s: unknown kind %q", t.Name, t.Kind)
-		}
-		rawIn, err := json.Marshal(in)
-		if err != nil {
-			return nil, fmt.Errorf("tool %s: input schema: %w", t.Name, err)
-		}
-		rawOut, err := json.Marshal(out)
-		if err != nil {
-			return nil, fmt.Errorf("tool %s: output schema: %w", t.Name, err)
-		}
-		// Built as a struct, not with mcp.NewTool: NewTool pre-fills a
-		// structured input schema, and with a raw one beside it mcp-go v1.2.1
-		// fails to marshal the whole tools/list.
-		tools = append(tools, mcp.Tool{
-			Name:            t.Name,
-			Title:           title,
-			Description:     desc,
-			RawInputSchema:  rawIn,
-			RawOutputSchema: rawOut,
-			Annotations:     ann,
-		})
+	defs, err := mcpcore.Tools(e)
+	if err != nil {
+		return nil, err
+	}
+	tools := make([]mcp.Tool, len(defs))
+	for i, d := range defs {
+		tools[i] = mcpTool(d)
 	}
 	return tools, nil
 }
 
-// annotations are always explicit: mcp-go's defaults claim every tool is
-// destructive and not idempotent. readOnly tools observe; do_* tools are
-// idempotent through their idempotency_key, and destructive unless the
-// manifest lets their effect be undone. The world is closed: each tool
-// touches one declared point of this device.
-func annotations(title string, readOnly, destructive bool) mcp.ToolAnnotation {
-	return mcp.ToolAnnotation{
-		Title:           title,
-		ReadOnlyHint:    mcp.ToBoolPtr(readOnly),
-		DestructiveHint: mcp.ToBoolPtr(destructive),
-		IdempotentHint:  mcp.ToBoolPtr(true),
-		OpenWorldHint:   mcp.ToBoolPtr(false),
+// mcpTool is built as a struct, not with mcp.NewTool: NewTool pre-fills a
+// structured input schema, and with a raw one beside it mcp-go v1.2.1 fails
+// to marshal the whole tools/list.
+func mcpTool(d mcpcore.Tool) mcp.Tool {
+	a := d.Annotations
+	return mcp.Tool{
+		Name:            d.Name,
+		Title:           d.Title,
+		Description:     d.Description,
+		RawInputSchema:  d.InputSchema,
+		RawOutputSchema: d.OutputSchema,
+		Annotations: mcp.ToolAnnotation{
+			Title:           a.Title,
+			ReadOnlyHint:    mcp.ToBoolPtr(a.ReadOnlyHint),
+			DestructiveHint: mcp.ToBoolPtr(a.DestructiveHint),
+			IdempotentHint:  mcp.ToBoolPtr(a.IdempotentHint),
+			OpenWorldHint:   mcp.ToBoolPtr(a.OpenWorldHint),
+		},
 	}
 }
-
-// compensable matches the engine: an action can be undone by writing the
-// previous value back unless the manifest says it cannot.
-func compensable(c *manifest.Capability) bool { return c.Compensable == nil || *c.Compensable }
-
-func noArguments() promcp.Schema {
-	return promcp.Schema{"type": "object", "properties": promcp.Schema{}, "additionalProperties": false}
-}
-
-// readDescription must not sound like a mutation: the reference linter flags
-// create/update/delete/set/reset/trigger/send/write/insert/modify in read_*
-// descriptions, so the facts added here avoid those words.
-func readDescription(c *manifest.Capability) string {
-	var b strings.Builder
-	b.WriteString(sentence(c.Description))
-	b.WriteString(" Observation only, no side effects; safe to call in parallel.")
-	fmt.Fprintf(&b, " Returns %s%s with the time it was measured and its quality (good, stale, degraded or error).",
-		valueKind(c), unitClause(c))
-	if c.IsNumeric() && c.Range != nil && (c.Range.Min != nil || c.Range.Max != nil) {
-		fmt.Fprintf(&b, " Plausible range %s; a value outside it comes back as degraded.", promcp.RangeText(c.Range, c.Unit))
-	}
-	if ttl := c.CacheTTL(); ttl > 0 {
-		fmt.Fprintf(&b, " Answers within %s of a previous measurement come from cache.", ttl)
-	} else {
-		b.WriteString(" Every call measures afresh.")
-	}
-	return b.String()
-}
-
-// doDescription states the manifest's facts, then policyFacts, then the contract.
-func doDescription(c *manifest.Capability, policyFacts string) string {
-	var b strings.Builder
-	b.WriteString(sentence(c.Description))
-	fmt.Fprintf(&b, " Acts on the physical device: value is %s%s", valueKind(c), unitClause(c))
-	if c.IsNumeric() && c.Range != nil && (c.Range.Min != nil || c.Range.Max != nil) {
-		fmt.Fprintf(&b, ", hard limits %s (the policy may allow less; can_do tells)", promcp.RangeText(c.Range, c.Unit))
-	}
-	b.WriteString(".")
-	if len(c.SideEffects) > 0 {
-		fmt.Fprintf(&b, " Side effects: %s.", strings.Join(c.SideEffects, ", "))
-	}
-	if c.CooldownMs > 0 {
-		fmt.Fprintf(&b, " Cooldown %s between changes.", c.Cooldown())
-	}
-	if c.RateLimit != nil {
-		fmt.Fprintf(&b, " Rate limit %s.", c.RateLimit.Text)
-	}
-	b.WriteString(interlockFacts(c))
-	b.WriteString(policyFacts)
-	if compensable(c) {
-		b.WriteString(" Compensable: the response names the call that restores the previous value.")
-	} else {
-		b.WriteString(" Not compensable: the effect cannot be undone.")
-	}
-	b.WriteString(" Call can_do first and act only on an allowed candidate before its valid_until." +
-		" Retries with the same idempotency_key are safe: the first outcome is returned and nothing acts twice.")
-	return b.String()
-}
-
-// accessFacts says who may call a tool and when (read_* and do_* alike).
-func accessFacts(p *policy.Policy, tool string, c *manifest.Capability) string {
-	var b strings.Builder
-	min := c.RequiresPermission
-	if def := p.DefaultRole(); def.Rank() > min.Rank() {
-		min = def
-	}
-	if min != "" && min != manifest.RoleNone {
-		fmt.Fprintf(&b, " Needs role %s or higher.", min)
-	}
-	for _, r := range p.Rules(tool) {
-		switch {
-		case r.Permission != nil:
-			roles := make([]string, len(r.Permission.Require))
-			for i, role := range r.Permission.Require {
-				roles[i] = string(role)
-			}
-			fmt.Fprintf(&b, " Policy: only roles %s.", strings.Join(roles, ", "))
-		case r.TimeWindow != nil:
-			if len(r.TimeWindow.AllowDuring) > 0 {
-				fmt.Fprintf(&b, " Policy: only during %s.", strings.Join(r.TimeWindow.AllowDuring, ", "))
-			}
-			if len(r.TimeWindow.DenyDuring) > 0 {
-				fmt.Fprintf(&b, " Policy: never during %s.", strings.Join(r.TimeWindow.DenyDuring, ", "))
-			}
-		}
-	}
-	return b.String()
-}
-
-// limitFacts states the policy's limits on a do_* tool.
-func limitFacts(p *policy.Policy, tool string, c *manifest.Capability) string {
-	var b strings.Builder
-	rated := c.RateLimit != nil
-	for _, r := range p.Rules(tool) {
-		switch {
-		case r.Rate != nil && r.Rate.Max != nil:
-			rated = true
-			fmt.Fprintf(&b, " Policy rate limit %s.", r.Rate.Max.Text)
-		case r.RangeGuard != nil:
-			g := r.RangeGuard
-			fmt.Fprintf(&b, " Policy range guard %s: %s.", promcp.RangeText(&manifest.Range{Min: g.Min, Max: g.Max}, c.Unit), guardEffect[g.OnViolation])
-		case r.Quorum != nil:
-			fmt.Fprintf(&b, " Needs %d reachable nodes (quorum).", r.Quorum.MinPeers)
-		case r.Approval != nil:
-			b.WriteString(" Every call waits for a person's approval.")
-		}
-	}
-	if !rated && p != nil && p.Defaults != nil && p.Defaults.RateLimit != nil {
-		fmt.Fprintf(&b, " Policy rate limit %s.", p.Defaults.RateLimit.Text)
-	}
-	return b.String()
-}
-
-var guardEffect = map[policy.Violation]string{
-	policy.ViolationDeny:  "a value outside it is refused",
-	policy.ViolationClamp: "a value outside it is clamped to the guard (status partial)",
-	policy.ViolationWarn:  "a value outside it is written with a warning",
-}
-
-func canDoDescription(m *manifest.Manifest) string {
-	return fmt.Sprintf("Checks, without acting, whether an intended action is allowed and feasible right now on %s."+
-		" Give intent.semantic_tags (what it is about), intent.action (%s), and for a change intent.target and intent.value"+
-		" (PhysMCP's query may stand for intent: give exactly one)."+
-		" Returns candidates (tool, permission, confidence, constraints, current state, valid_until), blocked tools with the reason,"+
-		" unroutable entries when nothing matches, and the read_* tools to check first."+
-		" Act only on a candidate whose permission is allowed, before its valid_until; confidence below 0.7 means confirm with a person first.",
-		m.Device.ID, strings.Join(promcp.Actions, ", "))
-}
-
-func valueKind(c *manifest.Capability) string {
-	switch c.DataType {
-	case manifest.TypeFloat:
-		return "a number"
-	case manifest.TypeInt:
-		return "an integer"
-	case manifest.TypeBool:
-		return "true or false"
-	case manifest.TypeEnum:
-		return "one of " + strings.Join(c.EnumValues, ", ")
-	}
-	return "a string"
-}
-
-func unitClause(c *manifest.Capability) string {
-	if c.Unit == "" {
-		return ""
-	}
-	return " in " + c.Unit
-}
-
-// sentence ends a manifest description with a full stop so added facts read on.
-func sentence(s string) string {
-	s = strings.TrimSpace(s)
-	if s == "" || strings.HasSuffix(s, ".") || strings.HasSuffix(s, "!") || strings.HasSuffix(s, "?") {
-		return s
-	}
-	return s + "."
-}
-
-func words(name string) string { return strings.ReplaceAll(name, "_", " ") }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/physmcp/physmcpd/mcpserver/mcpcore"
 )
 
 // ServeStdio serves s on in/out (newline-delimited JSON-RPC) until in ends or
@@ -25,7 +27,7 @@ func ServeStdio(ctx context.Context, s *server.MCPServer, in io.Reader, out io.W
 }
 
 // EndpointPath is where the streamable HTTP transport is served.
-const EndpointPath = "/mcp"
+const EndpointPath = mcpcore.EndpointPath
 
 // HTTPHandler serves MCP over streamable HTTP at EndpointPath. mcp-go
 // negotiates every protocol version it knows (2024-11-05 up to 2025-11-25

@@ -43,9 +43,18 @@ type Profile struct {
 	// MaxMessageBytes is the longest JSON-RPC message accepted on a stream
 	// transport; a longer one ends the session instead of growing a buffer.
 	MaxMessageBytes int
-	// MemoryLimitBytes is the Go runtime's soft memory limit (GOMEMLIMIT),
-	// which makes the collector work harder instead of growing the heap.
-	MemoryLimitBytes int64
+	// GCPercent is the collector's GOGC: how far the heap may grow past the
+	// live data before the next collection (0: Go's default, 100). A lower
+	// one keeps the heap nearer the live data at a cost proportional to what
+	// is allocated. It is not a memory limit: those make the collector run
+	// back to back once the process nears them, and Lite's memory is bounded
+	// by its structures instead (MaxCapabilities, Workers, Queue,
+	// MaxMessageBytes); bench/footprint.sh measures both.
+	GCPercent int
+	// MaxProcs is GOMAXPROCS, the goroutines running Go code at once (0:
+	// one per core). Each holds its own allocation caches, so on a board
+	// with cores to spare a profile that is short of memory keeps it at one.
+	MaxProcs int
 }
 
 // Full serves every tool kind on every transport, keeps state on disk and
@@ -60,20 +69,23 @@ var Full = Profile{
 
 // Lite is read-only telemetry for the smallest boards.
 var Lite = Profile{
-	Name:             "lite",
-	Summary:          "read_* and can_do only; stdio or a serial line; nothing written to disk; bounded memory",
-	DoTools:          false,
-	Transports:       []Transport{Stdio, Serial},
-	DiskWrites:       false,
-	MaxCapabilities:  128,
-	Workers:          2,
-	Queue:            8,
-	MaxMessageBytes:  64 << 10,
-	MemoryLimitBytes: 8 << 20,
+	Name:            "lite",
+	Summary:         "read_* and can_do only; stdio or a serial line; nothing written to disk; bounded memory",
+	DoTools:         false,
+	Transports:      []Transport{Stdio, Serial},
+	DiskWrites:      false,
+	MaxCapabilities: 128,
+	Workers:         2,
+	Queue:           8,
+	MaxMessageBytes: 64 << 10,
+	GCPercent:       25,
+	MaxProcs:        1,
 }
 
-// All lists the profiles, Full first (the default).
-func All() []Profile { return []Profile{Full, Lite} }
+// All lists the profiles this binary serves, the default first: Full and
+// Lite, or Lite alone in the Lite build (-tags lite), which has no HTTP
+// server, authentication or disk state to serve Full with.
+func All() []Profile { return built }
 
 // Lookup returns the profile called name.
 func Lookup(name string) (Profile, error) {
@@ -81,6 +93,10 @@ func Lookup(name string) (Profile, error) {
 		if p.Name == name {
 			return p, nil
 		}
+	}
+	if name == Full.Name {
+		return Profile{}, fmt.Errorf("this is the lite build of physmcpd, which serves the lite profile only "+
+			"(read_* and can_do on stdio or a serial line): the %s profile needs the full build (physmcpd-TARGET, not physmcpd-lite-TARGET)", name)
 	}
 	return Profile{}, fmt.Errorf("unknown profile %q: want %s", name, names())
 }
@@ -94,7 +110,7 @@ func names() string {
 }
 
 // Resolve picks the profile: the command line's choice when given, else the
-// manifest's, else Full.
+// manifest's, else the build's default (Full, or Lite in the Lite build).
 func Resolve(flagValue string, m *manifest.Manifest) (Profile, error) {
 	switch {
 	case flagValue != "":
@@ -102,7 +118,7 @@ func Resolve(flagValue string, m *manifest.Manifest) (Profile, error) {
 	case m != nil && m.Profile != "":
 		return Lookup(m.Profile)
 	}
-	return Full, nil
+	return All()[0], nil
 }
 
 // Allows reports whether the profile may serve on t.

@@ -15,23 +15,6 @@ func device(profile string, kinds ...manifest.Kind) *manifest.Manifest {
 	return m
 }
 
-func TestResolveOrder(t *testing.T) {
-	for _, tc := range []struct{ flag, manifest, want string }{
-		{"", "", "full"},
-		{"", "lite", "lite"},
-		{"full", "lite", "full"},
-		{"lite", "", "lite"},
-	} {
-		p, err := Resolve(tc.flag, device(tc.manifest))
-		if err != nil || p.Name != tc.want {
-			t.Errorf("flag %q manifest %q: got %q, %v; want %q", tc.flag, tc.manifest, p.Name, err, tc.want)
-		}
-	}
-	if _, err := Resolve("tiny", nil); err == nil || !strings.Contains(err.Error(), `unknown profile "tiny": want full or lite`) {
-		t.Errorf("unknown profile: %v", err)
-	}
-}
-
 func TestLiteHidesDoCapabilities(t *testing.T) {
 	m := device("", manifest.KindRead, manifest.KindDo, manifest.KindRead)
 	served, hidden, err := Lite.Apply(m)
@@ -77,7 +60,7 @@ func TestTransports(t *testing.T) {
 			t.Errorf("full does not serve %s", tr)
 		}
 	}
-	if Lite.DoTools || Lite.DiskWrites || Lite.Workers == 0 || Lite.MaxMessageBytes == 0 || Lite.MemoryLimitBytes == 0 {
+	if Lite.DoTools || Lite.DiskWrites || Lite.Workers == 0 || Lite.MaxMessageBytes == 0 || Lite.GCPercent == 0 {
 		t.Errorf("lite is not bounded read-only telemetry: %+v", Lite)
 	}
 }

@@ -1,3 +1,8 @@
+//go:build !lite
+
+// Schema validation is for tests and the lint command; the Lite build, which
+// has neither, does not link the validator.
+
 package promcp
 
 import (

@@ -1,7 +1,9 @@
 // Command footprint measures one physmcpd binary serving a generated
 // 50-capability device (simulated buses) over stdio: the time from exec to
-// READY=1 (sd_notify), the time to the first initialize answer, and the
-// resident memory under a steady read load. bench/footprint.sh runs it.
+// READY=1 (sd_notify) over several starts (median and 95th percentile), the
+// time to the first initialize answer, the resident memory under a steady
+// read load, and the most reads per second it answers with 4 callers that
+// never wait. bench/footprint.sh runs it for the Full and the Lite build.
 package main
 
 import (
@@ -31,15 +33,16 @@ func main() {
 	caps := flag.Int("caps", 50, "capabilities in the generated manifest")
 	duration := flag.Duration("duration", 10*time.Second, "how long to keep the read load up")
 	rate := flag.Int("rate", 200, "reads per second (spread over 4 clients' worth of concurrency)")
-	starts := flag.Int("starts", 5, "starts to time (the median is reported)")
+	starts := flag.Int("starts", 20, "starts to time (the median and the 95th percentile are reported)")
+	burst := flag.Duration("burst", 5*time.Second, "how long to read as fast as the server answers (throughput)")
 	flag.Parse()
-	if err := run(*bin, *profile, *caps, *duration, *rate, *starts); err != nil {
+	if err := run(*bin, *profile, *caps, *duration, *rate, *starts, *burst); err != nil {
 		fmt.Fprintln(os.Stderr, "footprint:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin, profile string, caps int, duration time.Duration, rate, starts int) error {
+func run(bin, profile string, caps int, duration time.Duration, rate, starts int, burst time.Duration) error {
 	dir, err := os.MkdirTemp("", "footprint")
 	if err != nil {
 		return err
@@ -82,9 +85,11 @@ func run(bin, profile string, caps int, duration time.Duration, rate, starts int
 	}
 	calls, failures, rssAvg, hwm := s.load(reads, duration, rate)
 	pid := s.cmd.Process.Pid
-	fmt.Printf("profile=%s caps=%d tools=%d ready_ms=%.1f initialize_ms=%.1f reads=%d failed=%d rss_steady_kb=%d rss_peak_kb=%d rss_anon_kb=%d rss_file_kb=%d\n",
-		profile, caps, len(tools.Tools), ms(median(readies)), ms(median(inits)), calls, failures, rssAvg, hwm,
-		status(pid, "RssAnon"), status(pid, "RssFile"))
+	anon, file := status(pid, "RssAnon"), status(pid, "RssFile")
+	burstCalls, burstFailures, _, _ := s.load(reads, burst, 0)
+	fmt.Printf("profile=%s caps=%d tools=%d ready_ms=%.1f ready_p95_ms=%.1f initialize_ms=%.1f reads=%d failed=%d rss_steady_kb=%d rss_peak_kb=%d rss_anon_kb=%d rss_file_kb=%d reads_per_s=%.0f\n",
+		profile, caps, len(tools.Tools), ms(quantile(readies, 0.5)), ms(quantile(readies, 0.95)), ms(quantile(inits, 0.5)),
+		calls+burstCalls, failures+burstFailures, rssAvg, hwm, anon, file, float64(burstCalls)/burst.Seconds())
 	return nil
 }
 
@@ -171,25 +176,35 @@ func start(bin string, args []string, dir string) (*server, error) {
 	return s, nil
 }
 
-// load keeps `rate` reads per second going for d over 4 concurrent callers,
-// sampling VmRSS every 100 ms; it returns the mean RSS of the second half and VmHWM.
+// load keeps `rate` reads per second (0: as many as the server answers)
+// going for d over 4 concurrent callers, sampling VmRSS every 100 ms; it
+// returns the mean RSS of the second half and VmHWM.
 func (s *server) load(tools []string, d time.Duration, rate int) (calls, failures int64, rssSteady, hwm int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	var wg sync.WaitGroup
 	const workers = 4
-	interval := time.Duration(int64(time.Second) * workers / int64(rate))
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			t := time.NewTicker(interval)
-			defer t.Stop()
+			var tick <-chan time.Time // nil without a rate: never waits
+			if rate > 0 {
+				t := time.NewTicker(time.Duration(int64(time.Second) * workers / int64(rate)))
+				defer t.Stop()
+				tick = t.C
+			}
 			for i := w; ; i += workers {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
+				if tick == nil {
+					if ctx.Err() != nil {
+						return
+					}
+				} else {
+					select {
+					case <-ctx.Done():
+						return
+					case <-tick:
+					}
 				}
 				req := mcp.CallToolRequest{}
 				req.Params.Name = tools[i%len(tools)]
@@ -248,9 +263,10 @@ func (s *server) kill() {
 	s.cmd.Wait()
 }
 
-func median(d []time.Duration) time.Duration {
+// quantile is the q-th quantile of d (nearest rank).
+func quantile(d []time.Duration, q float64) time.Duration {
 	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-	return d[len(d)/2]
+	return d[min(int(float64(len(d))*q), len(d)-1)]
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

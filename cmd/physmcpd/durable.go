@@ -1,11 +1,11 @@
+//go:build !lite
+
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"time"
 
 	"github.com/physmcp/physmcpd/audit"
 	"github.com/physmcp/physmcpd/engine"
@@ -16,9 +16,6 @@ import (
 
 // defaultStateDir is where the Full profile keeps its state on real hardware.
 const defaultStateDir = "/var/lib/physmcpd"
-
-// shutdownSafeStateTimeout bounds the safe-state writes on the way out.
-const shutdownSafeStateTimeout = 10 * time.Second
 
 // auditDir is the audit trail's directory inside a state directory.
 func auditDir(stateDir string) string { return filepath.Join(stateDir, "audit") }
@@ -87,46 +84,6 @@ func (d *durable) close(logger *slog.Logger) {
 	if d.store != nil {
 		if err := d.store.Close(); err != nil {
 			logger.Warn("closing the state store", "err", err)
-		}
-	}
-}
-
-// guardSafeState drives the actuators to their safe values now (before
-// serving), watches the dead man when the manifest sets one, and returns the
-// function serve defers: it stops the watch and applies the safe state again
-// on the way out (SIGTERM, SIGINT or the client closing stdio).
-func guardSafeState(ctx context.Context, e *engine.Engine, logger *slog.Logger) (stop func()) {
-	if err := e.ApplySafeState(ctx, "start-up"); err != nil {
-		logger.Error("safe state at start-up incomplete", "err", err)
-	}
-	watch, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		timeout := e.DeadManTimeout()
-		if timeout <= 0 {
-			return
-		}
-		t := time.NewTicker(min(max(timeout/10, 10*time.Millisecond), time.Second))
-		defer t.Stop()
-		for {
-			select {
-			case <-watch.Done():
-				return
-			case <-t.C:
-				if _, err := e.CheckDeadMan(watch); err != nil {
-					logger.Error("dead-man safe state incomplete", "err", err)
-				}
-			}
-		}
-	}()
-	return func() {
-		cancel()
-		<-done
-		sctx, cancel := context.WithTimeout(context.Background(), shutdownSafeStateTimeout)
-		defer cancel()
-		if err := e.ApplySafeState(sctx, "shutdown"); err != nil {
-			logger.Error("safe state at shutdown incomplete", "err", err)
 		}
 	}
 }

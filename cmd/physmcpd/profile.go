@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/debug"
 
 	"github.com/physmcp/physmcpd/manifest"
-	"github.com/physmcp/physmcpd/mcpserver"
 	"github.com/physmcp/physmcpd/profiles"
 )
 
@@ -40,13 +40,17 @@ func applyProfile(cfg serveConfig, m *manifest.Manifest, logger *slog.Logger) (p
 	if len(hidden) > 0 {
 		logger.Info("profile serves no do_ tools; not exposed", "profile", prof.Name, "tools", hidden)
 	}
-	// An operator's GOMEMLIMIT wins over the profile's.
-	if prof.MemoryLimitBytes > 0 && os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(prof.MemoryLimitBytes)
-	}
+	applyRuntime(prof)
 	return prof, served, nil
 }
 
-func streamLimits(p profiles.Profile) mcpserver.StreamLimits {
-	return mcpserver.StreamLimits{Workers: p.Workers, Queue: p.Queue, MaxMessageBytes: p.MaxMessageBytes}
+// applyRuntime sets the Go runtime's collector and processors as the profile
+// says; an operator's GOGC and GOMAXPROCS win over the profile's.
+func applyRuntime(prof profiles.Profile) {
+	if prof.GCPercent > 0 && os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(prof.GCPercent)
+	}
+	if prof.MaxProcs > 0 && os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(prof.MaxProcs)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -20,11 +21,14 @@ import (
 	"github.com/physmcp/physmcpd/internal/testenv"
 )
 
-// keepMemoryLimit undoes the Lite profile's GOMEMLIMIT after the test, so
-// it does not slow the rest of the test binary down.
-func keepMemoryLimit(t *testing.T) {
-	old := debug.SetMemoryLimit(-1)
-	t.Cleanup(func() { debug.SetMemoryLimit(old) })
+// keepRuntime undoes the Lite profile's GOGC and GOMAXPROCS after the test,
+// so the rest of the test binary runs with its own.
+func keepRuntime(t *testing.T) {
+	gc, procs := debug.SetGCPercent(100), runtime.GOMAXPROCS(0)
+	t.Cleanup(func() {
+		debug.SetGCPercent(gc)
+		runtime.GOMAXPROCS(procs)
+	})
 }
 
 // liteManifest is the example with profile: lite at the top.
@@ -42,7 +46,7 @@ func liteManifest(t *testing.T) string {
 }
 
 func TestLiteRefusesHTTP(t *testing.T) {
-	keepMemoryLimit(t)
+	keepRuntime(t)
 	for name, args := range map[string][]string{
 		"flag":     {"--manifest", serveExampleManifest, "--profile", "lite"},
 		"manifest": {"--manifest", liteManifest(t)},
@@ -152,7 +156,7 @@ func checkLite(t *testing.T, c *client.Client) {
 }
 
 func TestLiteServesReadsOnlyOverStdio(t *testing.T) {
-	keepMemoryLimit(t)
+	keepRuntime(t)
 	clientIn, serverOut := io.Pipe()
 	serverIn, clientOut := io.Pipe()
 	logs := serveInProcess(t, []string{"--manifest", serveExampleManifest, "--policy", serveExamplePolicy, "--simulate", "--profile", "lite"}, serverIn, serverOut)
@@ -193,7 +197,7 @@ func socatPtyPair(t *testing.T) (string, string) {
 type portCloser struct{ serial.Port }
 
 func TestLiteServesOverASerialLine(t *testing.T) {
-	keepMemoryLimit(t)
+	keepRuntime(t)
 	server, proxy := socatPtyPair(t)
 	serveInProcess(t, []string{"--manifest", liteManifest(t), "--policy", serveExamplePolicy, "--simulate", "--serial", server, "--baud", "9600"}, nil, io.Discard)
 	port, err := serial.Open(proxy, &serial.Mode{BaudRate: 9600})

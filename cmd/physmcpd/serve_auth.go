@@ -1,3 +1,5 @@
+//go:build !lite
+
 package main
 
 import (
@@ -6,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -136,4 +139,23 @@ func httpAccess(cfg serveConfig, m *manifest.Manifest, p *policy.Policy, e *engi
 		ResourceName:   m.Device.ID,
 		Logger:         logger,
 	}, nil
+}
+
+// serveFilesReadable prints every identity file serve needs and cannot
+// read, from the policy and from its flags, so that serve stops before it
+// opens a bus.
+func serveFilesReadable(p *policy.Policy, f accessFlags, stderr io.Writer) bool {
+	diags := identityFileDiags(p)
+	printDiags(stderr, diags)
+	ok := !diags.HasErrors()
+	for _, flagFile := range []struct{ name, path string }{{"--override-key", f.overrideKey}, {"--tls-cert", f.tlsCert}, {"--tls-key", f.tlsKey}} {
+		if flagFile.path == "" {
+			continue
+		}
+		if err := readableFile(flagFile.path); err != nil {
+			fmt.Fprintf(stderr, "physmcpd serve: %s: %v\n", flagFile.name, err)
+			ok = false
+		}
+	}
+	return ok
 }

@@ -189,25 +189,6 @@ func identityFileDiags(p *policy.Policy) strictyaml.Diags {
 	return diags
 }
 
-// serveFilesReadable prints every identity file serve needs and cannot
-// read, from the policy and from its flags, so that serve stops before it
-// opens a bus.
-func serveFilesReadable(p *policy.Policy, f accessFlags, stderr io.Writer) bool {
-	diags := identityFileDiags(p)
-	printDiags(stderr, diags)
-	ok := !diags.HasErrors()
-	for _, flagFile := range []struct{ name, path string }{{"--override-key", f.overrideKey}, {"--tls-cert", f.tlsCert}, {"--tls-key", f.tlsKey}} {
-		if flagFile.path == "" {
-			continue
-		}
-		if err := readableFile(flagFile.path); err != nil {
-			fmt.Fprintf(stderr, "physmcpd serve: %s: %v\n", flagFile.name, err)
-			ok = false
-		}
-	}
-	return ok
-}
-
 // readableFile says why path cannot serve as a key or certificate file.
 func readableFile(path string) error {
 	f, err := os.Open(path)

@@ -1,0 +1,134 @@
+//go:build !lite
+
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/physmcp/physmcpd/engine"
+	"github.com/physmcp/physmcpd/mcpserver"
+	"github.com/physmcp/physmcpd/profiles"
+)
+
+// serveUsage is the transports part of serve's usage line.
+const serveUsage = "[--profile full|lite] [--stdio | --serial PORT [--baud N] | --http ADDR [--allow-remote]] [--state-dir DIR]"
+
+// addBuildFlags are serve's flags for what only the Full build has: HTTP,
+// its access rules, and the state directory.
+func addBuildFlags(fs *flag.FlagSet, cfg *serveConfig) {
+	fs.StringVar(&cfg.httpAddr, "http", "", "serve streamable HTTP at ADDR (e.g. 127.0.0.1:8765), endpoint "+mcpserver.EndpointPath)
+	fs.BoolVar(&cfg.allowRemote, "allow-remote", false, "allow --http on a non-loopback address (needs identity providers in the policy: callers must authenticate)")
+	cfg.access.register(fs)
+	fs.StringVar(&cfg.stateDir, "state-dir", "", "directory for idempotency keys, cooldowns, rate windows and the audit trail (full profile; default "+defaultStateDir+", none with --simulate)")
+	fs.StringVar(&cfg.auditKey, "audit-key", "", "key file of the audit trail's HMAC chain, created on first use (default "+auditKeyFile+" in the state directory)")
+}
+
+// checkBuildFlags validates the flags addBuildFlags registers.
+func checkBuildFlags(cfg serveConfig) error {
+	if cfg.httpAddr != "" {
+		if err := checkListenAddr(cfg.httpAddr, cfg.allowRemote); err != nil {
+			return err
+		}
+	}
+	return cfg.access.check()
+}
+
+// checkListenAddr refuses addresses other hosts can reach unless allowed;
+// serve then also requires the policy to authenticate HTTP callers.
+func checkListenAddr(addr string, allowRemote bool) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--http %q: want HOST:PORT, e.g. 127.0.0.1:8765: %v", addr, err)
+	}
+	if port == "" {
+		return fmt.Errorf("--http %q: the port is missing", addr)
+	}
+	if allowRemote || isLoopback(host) {
+		return nil
+	}
+	return fmt.Errorf("--http %q is not a loopback address: listen on 127.0.0.1 or [::1], or pass --allow-remote "+
+		"(which needs identity providers in the policy, so that every caller authenticates; see docs/security.md)", addr)
+}
+
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// serveMCP serves e through mcp-go: over HTTP one endpoint per group, on
+// stdio or a serial line the one --group names.
+func serveMCP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *engine.Engine, dur *durable, local engine.Caller, stdin io.Reader, stdout io.Writer, logger *slog.Logger) int {
+	eps, err := endpoints(e, mcpserver.Options{
+		Version: buildVersion,
+		Logger:  logger,
+		// HTTP callers are who the access middleware authenticated.
+		Caller: mcpserver.CallerFrom(local),
+	}, cfg)
+	if err != nil {
+		logger.Error("cannot build the MCP server", "err", err)
+		return 1
+	}
+	if cfg.transport() == profiles.HTTP {
+		acc, err := httpAccess(cfg, e.Manifest(), e.Policy(), e, dur.trail, logger)
+		if err != nil {
+			logger.Error("cannot serve HTTP", "err", err)
+			return 1
+		}
+		return serveHTTP(ctx, cfg, mcpserver.NewEndpointsHandler(eps, logger, cfg.access.sessionLimits()), acc, e.Health, logger)
+	}
+	s, lim := eps[0].Server, streamLimits(prof)
+	return serveStream(ctx, cfg, e, func(ctx context.Context, in io.Reader, out io.Writer) error {
+		return mcpserver.ServeStream(ctx, s, in, out, lim)
+	}, stdin, stdout, logger)
+}
+
+func streamLimits(p profiles.Profile) mcpserver.StreamLimits {
+	return mcpserver.StreamLimits{Workers: p.Workers, Queue: p.Queue, MaxMessageBytes: p.MaxMessageBytes}
+}
+
+func serveHTTP(ctx context.Context, cfg serveConfig, h *mcpserver.HTTPHandler, acc mcpserver.Access, health func(context.Context) error, logger *slog.Logger) int {
+	ln, err := net.Listen("tcp", cfg.httpAddr)
+	if err != nil {
+		logger.Error("cannot listen", "addr", cfg.httpAddr, "err", err)
+		return 1
+	}
+	srv := mcpserver.NewHTTPServer(mcpserver.Protect(h, acc))
+	done := make(chan error, 1)
+	scheme := "http"
+	if cfg.access.tls() {
+		scheme = "https"
+		go func() { done <- srv.ServeTLS(ln, cfg.access.tlsCert, cfg.access.tlsKey) }()
+	} else {
+		go func() { done <- srv.Serve(ln) }()
+	}
+	logger.Info("listening", "url", scheme+"://"+ln.Addr().String()+mcpserver.EndpointPath,
+		"max_sessions", cfg.access.maxSessions, "session_idle_timeout", cfg.access.sessionIdle, "body_timeout", cfg.access.bodyTimeout)
+	stopping := notifyReady(ctx, health, logger)
+	defer stopping()
+
+	select {
+	case err := <-done:
+		logger.Error("HTTP server failed", "err", err)
+		return 1
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// Open GET streams never end by themselves; close the sessions first.
+	h.CloseSessions(shutdownCtx)
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		logger.Warn("HTTP shutdown was not clean", "err", err)
+	}
+	logger.Info("stopped")
+	return 0
+}

@@ -1,0 +1,5 @@
+//go:build !lite
+
+package profiles
+
+var built = []Profile{Full, Lite}
