@@ -144,8 +144,8 @@ func (e *Engine) write(ctx context.Context, pt *point, base Record, key string, 
 	if werr != nil && !inDoubt(werr) {
 		return e.notApplied(pt, base, key, d.value, prev, werr)
 	}
-	chargeErr := e.charge(pt, w)
 	if werr != nil {
+		chargeErr := e.charge(pt, w)
 		e.log.Warn("do write outcome unknown", "tool", pt.tool, "key", key, "point", pt.drv.Describe(), "seq", w.Seq, "err", werr)
 		resp.Permission = promcp.SourceUnreachable
 		resp.AppliedValue = nil
@@ -158,15 +158,16 @@ func (e *Engine) write(ctx context.Context, pt *point, base Record, key string, 
 		return resp, OutcomeInDoubt
 	}
 	pt.clearRefusal()
-	resp = e.finish(ctx, pt, base, key, resp, d.value, d.clamped)
-	if chargeErr != nil {
-		resp.Warnings = append(resp.Warnings, chargeWarning(chargeErr))
-	}
-	return resp, OutcomeApplied
+	e.chargeInMemory(pt, w)
+	return e.finish(ctx, pt, base, key, resp, d.value, d.clamped, &w), OutcomeApplied
 }
 
 func chargeWarning(err error) string {
 	return fmt.Sprintf("the write could not be recorded for the cooldown and rate limits (%v): a restart may allow the next write early", err)
+}
+
+func outcomeWarning(err error) string {
+	return fmt.Sprintf("the outcome could not be recorded (%v): a retry with this key may act again", err)
 }
 
 // inDoubt says whether a failed write may nevertheless have been applied:
@@ -200,8 +201,9 @@ func (e *Engine) notApplied(pt *point, base Record, key string, value, prev any,
 	return failed, outcome
 }
 
-// finish reads the point back after a write, completes and records the response.
-func (e *Engine) finish(ctx context.Context, pt *point, base Record, key string, resp promcp.DoResponse, written any, clamped bool) promcp.DoResponse {
+// finish reads the point back after a write, completes and records the
+// response, with the write's charge when it is held in memory only so far.
+func (e *Engine) finish(ctx context.Context, pt *point, base Record, key string, resp promcp.DoResponse, written any, clamped bool, charged *Write) promcp.DoResponse {
 	resp.Status = promcp.StatusSuccess
 	resp.Permission, resp.Reason = "", ""
 	if clamped {
@@ -221,9 +223,8 @@ func (e *Engine) finish(ctx context.Context, pt *point, base Record, key string,
 	}
 	e.compensation(pt, &resp)
 	resp.Timestamp = promcp.Time(e.now())
-	if err := e.idem.Save(key, base.final(resp, e.now())); err != nil {
-		resp.Warnings = append(resp.Warnings, fmt.Sprintf("the outcome could not be recorded (%v): a retry with this key may act again", err))
-	}
+	// A failure to record is told to this caller; the stored answer cannot say it.
+	resp.Warnings = append(resp.Warnings, e.saveOutcome(pt, key, base.final(resp, e.now()), charged)...)
 	e.log.Info("do applied", "tool", pt.tool, "key", key, "status", resp.Status, "previous", resp.PreviousValue, "applied", resp.AppliedValue)
 	return resp
 }
@@ -256,6 +257,7 @@ func (e *Engine) settle(ctx context.Context, pt *point, key string, rec Record) 
 	if !sameValue(pt, cur.value, want) {
 		return promcp.DoResponse{}, ""
 	}
+	var charged *Write
 	if rec.Seq == 0 || !pt.site.charged(rec.Seq) {
 		// A record from before writes were numbered, or a crash between
 		// sending and charging: charge it now, from when it was sent.
@@ -263,12 +265,11 @@ func (e *Engine) settle(ctx context.Context, pt *point, key string, rec Record) 
 		if sent.IsZero() {
 			sent = rec.At
 		}
-		if err := e.charge(pt, Write{At: sent, Value: want, Seq: rec.Seq, Key: key}); err != nil {
-			rec.Response.Warnings = append(rec.Response.Warnings, chargeWarning(err))
-		}
+		charged = &Write{At: sent, Value: want, Seq: rec.Seq, Key: key}
+		e.chargeInMemory(pt, *charged)
 	}
 	e.log.Info("do in-doubt write confirmed by read-back", "tool", pt.tool, "key", key)
-	return e.finish(ctx, pt, rec, key, rec.Response, want, rec.Response.Status == promcp.StatusPartial), OutcomeConfirmed
+	return e.finish(ctx, pt, rec, key, rec.Response, want, rec.Response.Status == promcp.StatusPartial, charged), OutcomeConfirmed
 }
 
 // superseded answers a retry of an in-doubt key after a later write: writing

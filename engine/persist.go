@@ -49,6 +49,14 @@ type LimitStore interface {
 	RecordWrite(tool string, w Write, keep time.Duration) error
 }
 
+// OutcomeStore is implemented by a store that keeps both the idempotency
+// records and the write history (the Full profile's): a confirmed write's
+// outcome and its charge then become durable in one commit instead of two.
+type OutcomeStore interface {
+	// SaveCharged is Save(key, r) and RecordWrite(tool, w, keep) at once.
+	SaveCharged(key string, r Record, tool string, w Write, keep time.Duration) error
+}
+
 // InDoubtLister is implemented by idempotency stores that can list the keys
 // whose write outcome is unknown, so the engine can settle them at start-up
 // before the safe state overwrites the evidence on the device.
@@ -123,6 +131,21 @@ func (e *Engine) restoreLimits() error {
 // doubt), against the point's cooldown and rate limits and numbers it on its
 // site, in memory and in the LimitStore.
 func (e *Engine) charge(pt *point, w Write) error {
+	e.chargeInMemory(pt, w)
+	if e.history == nil {
+		return nil
+	}
+	if err := e.history.RecordWrite(pt.tool, w, e.keepWrites(pt)); err != nil {
+		e.log.Error("write history not recorded: a restart may forget this write's cooldown and rate limit", "tool", pt.tool, "err", err)
+		return err
+	}
+	return nil
+}
+
+// chargeInMemory is charge without the LimitStore: for a write whose charge
+// is made durable with its outcome (saveOutcome). Until then the in-doubt
+// intent stands for it: a restart charges an intent the history lacks.
+func (e *Engine) chargeInMemory(pt *point, w Write) {
 	longest := e.longestRate(pt)
 	pt.mu.Lock()
 	if w.At.After(pt.lastWrite) {
@@ -143,14 +166,35 @@ func (e *Engine) charge(pt *point, w Write) error {
 	pt.mu.Unlock()
 	pt.site.note(pt.tool, w)
 	e.invalidate(pt)
-	if e.history == nil {
-		return nil
+}
+
+// keepWrites is how long the LimitStore keeps a point's writes.
+func (e *Engine) keepWrites(pt *point) time.Duration {
+	return max(e.longestRate(pt), pt.c.Cooldown())
+}
+
+// saveOutcome records a do_*'s final record and, when charged is not nil,
+// the charge held in memory only so far: in one commit where the store can.
+func (e *Engine) saveOutcome(pt *point, key string, rec Record, charged *Write) []string {
+	var warnings []string
+	if charged != nil {
+		if both, ok := e.history.(OutcomeStore); ok && any(e.history) == any(e.idem) {
+			if err := both.SaveCharged(key, rec, pt.tool, *charged, e.keepWrites(pt)); err != nil {
+				e.log.Error("outcome and write history not recorded", "tool", pt.tool, "key", key, "err", err)
+				return []string{outcomeWarning(err), chargeWarning(err)}
+			}
+			return nil
+		}
+		if e.history != nil {
+			if err := e.history.RecordWrite(pt.tool, *charged, e.keepWrites(pt)); err != nil {
+				warnings = append(warnings, chargeWarning(err))
+			}
+		}
 	}
-	if err := e.history.RecordWrite(pt.tool, w, max(longest, pt.c.Cooldown())); err != nil {
-		e.log.Error("write history not recorded: a restart may forget this write's cooldown and rate limit", "tool", pt.tool, "err", err)
-		return err
+	if err := e.idem.Save(key, rec); err != nil {
+		warnings = append(warnings, outcomeWarning(err))
 	}
-	return nil
+	return warnings
 }
 
 // audit hands an entry to Options.Audit, when set.

@@ -58,6 +58,7 @@ type Store struct {
 	now   func() time.Time
 	log   *slog.Logger
 	saves int // guarded by bbolt's single writer
+	group committer
 }
 
 // Open opens the store in dir, creating dir (0700) and a new store when the
@@ -145,18 +146,38 @@ func (s *Store) Save(key string, r engine.Record) error {
 	if err != nil {
 		return fmt.Errorf("encode the record: %w", err)
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error {
-		if err := put(tx, key, v, r.At); err != nil {
+	if err := s.commit(func(tx *bolt.Tx) error { return s.save(tx, key, v, r.At) }); err != nil {
+		return fmt.Errorf("save idempotency record: %w", err)
+	}
+	return nil
+}
+
+// SaveCharged is Save and RecordWrite in one commit (engine.OutcomeStore).
+func (s *Store) SaveCharged(key string, r engine.Record, tool string, w engine.Write, keep time.Duration) error {
+	v, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode the record: %w", err)
+	}
+	err = s.commit(func(tx *bolt.Tx) error {
+		if err := s.save(tx, key, v, r.At); err != nil {
 			return err
 		}
-		if s.saves++; s.saves%pruneEvery == 0 {
-			_, err := prune(tx, s.now().Add(-engine.KeyRetention))
-			return err
-		}
-		return nil
+		return recordWrite(tx, tool, w, keep)
 	})
 	if err != nil {
-		return fmt.Errorf("save idempotency record: %w", err)
+		return fmt.Errorf("save idempotency record and the write to %s: %w", tool, err)
+	}
+	return nil
+}
+
+// save puts the encoded record v and, every pruneEvery saves, prunes.
+func (s *Store) save(tx *bolt.Tx, key string, v []byte, at time.Time) error {
+	if err := put(tx, key, v, at); err != nil {
+		return err
+	}
+	if s.saves++; s.saves%pruneEvery == 0 {
+		_, err := prune(tx, s.now().Add(-engine.KeyRetention))
+		return err
 	}
 	return nil
 }
@@ -265,40 +286,40 @@ func (s *Store) LoadWrites() (map[string]engine.WriteHistory, error) {
 // (engine.LimitStore). Writes older than keep before w.At are dropped; the
 // latest is always kept.
 func (s *Store) RecordWrite(tool string, w engine.Write, keep time.Duration) error {
-	at := w.At
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketWrites)
-		var h history
-		if v := b.Get([]byte(tool)); v != nil {
-			if err := json.Unmarshal(v, &h); err != nil {
-				return fmt.Errorf("write history of %s: %w", tool, err)
-			}
-		}
-		if !at.Before(h.Last) {
-			h.Last, h.LastValue = at, w.Value
-		}
-		if w.Seq > h.Seq {
-			h.Seq, h.Key = w.Seq, w.Key
-		}
-		h.Writes = append(h.Writes, at)
-		slices.SortFunc(h.Writes, time.Time.Compare)
-		kept := h.Writes[:0]
-		for _, w := range h.Writes {
-			if at.Sub(w) <= keep || w.Equal(h.Last) {
-				kept = append(kept, w)
-			}
-		}
-		h.Writes = kept
-		v, err := json.Marshal(h)
-		if err != nil {
-			return err
-		}
-		return b.Put([]byte(tool), v)
-	})
-	if err != nil {
+	if err := s.commit(func(tx *bolt.Tx) error { return recordWrite(tx, tool, w, keep) }); err != nil {
 		return fmt.Errorf("record the write to %s: %w", tool, err)
 	}
 	return nil
+}
+
+func recordWrite(tx *bolt.Tx, tool string, w engine.Write, keep time.Duration) error {
+	b := tx.Bucket(bucketWrites)
+	var h history
+	if v := b.Get([]byte(tool)); v != nil {
+		if err := json.Unmarshal(v, &h); err != nil {
+			return fmt.Errorf("write history of %s: %w", tool, err)
+		}
+	}
+	if !w.At.Before(h.Last) {
+		h.Last, h.LastValue = w.At, w.Value
+	}
+	if w.Seq > h.Seq {
+		h.Seq, h.Key = w.Seq, w.Key
+	}
+	h.Writes = append(h.Writes, w.At)
+	slices.SortFunc(h.Writes, time.Time.Compare)
+	kept := h.Writes[:0]
+	for _, t := range h.Writes {
+		if w.At.Sub(t) <= keep || t.Equal(h.Last) {
+			kept = append(kept, t)
+		}
+	}
+	h.Writes = kept
+	v, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	return b.Put([]byte(tool), v)
 }
 
 // Records calls fn with every idempotency record, in doubt or final, in key
