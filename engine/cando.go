@@ -80,22 +80,33 @@ func actionFits(action string, c *manifest.Capability) bool {
 	return false
 }
 
-func (e *Engine) match(pt *point, in promcp.Intent) (match, bool) {
+// query is a can_do intent normalised once for matching every capability.
+type query struct {
+	promcp.Intent
+	tags        []string // lower case, trimmed
+	target      string   // lower case, trimmed
+	targetWords []string
+}
+
+func newQuery(in promcp.Intent) query {
+	q := query{Intent: in, target: strings.ToLower(strings.TrimSpace(in.Target))}
+	q.Action = strings.ToLower(strings.TrimSpace(in.Action))
+	for _, t := range in.SemanticTags {
+		q.tags = append(q.tags, strings.ToLower(strings.TrimSpace(t)))
+	}
+	q.targetWords = words(q.target)
+	return q
+}
+
+func (e *Engine) match(pt *point, in query) (match, bool) {
 	c := pt.c
 	if !actionFits(in.Action, c) {
 		return match{}, false
 	}
-	vocab := map[string]bool{}
-	for _, t := range c.SemanticTags {
-		vocab[strings.ToLower(t)] = true
-	}
-	for _, w := range words(c.Name) {
-		vocab[w] = true
-	}
 	var m match
 	hits := 0
-	for _, t := range in.SemanticTags {
-		if vocab[strings.ToLower(strings.TrimSpace(t))] {
+	for _, t := range in.tags {
+		if pt.vocab[t] {
 			hits++
 		}
 	}
@@ -111,14 +122,12 @@ func (e *Engine) match(pt *point, in promcp.Intent) (match, bool) {
 	}
 	sTarget := 0.0
 	if in.Target != "" {
-		target := strings.ToLower(strings.TrimSpace(in.Target))
-		if target == c.Name || target == pt.tool {
+		if in.target == c.Name || in.target == pt.tool {
 			sTarget = 1
-		} else if tw := words(target); len(tw) > 0 {
-			name := words(c.Name)
+		} else if tw := in.targetWords; len(tw) > 0 {
 			found := 0
 			for _, w := range tw {
-				if slices.Contains(name, w) {
+				if slices.Contains(pt.nameWords, w) {
 					found++
 				}
 			}
@@ -206,9 +215,8 @@ func (e *Engine) CanDo(ctx context.Context, caller Caller, req promcp.CanDoReque
 		Unroutable: []promcp.Unroutable{},
 		Context:    promcp.ReportContext{RelatedReads: []string{}, CurrentObservations: map[string]any{}},
 	}
-	in := req.Intent
-	in.Action = strings.ToLower(strings.TrimSpace(in.Action))
-	if problem := malformed(in); problem != "" {
+	in := newQuery(req.Intent)
+	if problem := malformed(in.Intent); problem != "" {
 		rep.Unroutable = append(rep.Unroutable, promcp.Unroutable{Outcome: promcp.OutcomeUnroutable, Reason: promcp.MalformedRequest, Detail: problem})
 		return e.sealReport(rep, start), nil
 	}
@@ -229,7 +237,7 @@ func (e *Engine) CanDo(ctx context.Context, caller Caller, req promcp.CanDoReque
 		if !ok {
 			continue
 		}
-		d := e.dryRun(ctx, pt, caller, in)
+		d := e.dryRun(ctx, pt, caller, in.Intent)
 		if d.permission == promcp.Allowed || d.permission == promcp.RequiresHumanApproval {
 			rep.Candidates = append(rep.Candidates, e.candidate(ctx, pt, m, d, now))
 			continue
@@ -255,7 +263,7 @@ func (e *Engine) CanDo(ctx context.Context, caller Caller, req promcp.CanDoReque
 			Detail:  fmt.Sprintf("no capability of %s matches tags [%s]%s", e.deviceID(), strings.Join(in.SemanticTags, ", "), actionPhrase(in.Action)),
 		})
 	}
-	e.relatedReads(&rep, in)
+	e.relatedReads(&rep, in.Intent)
 	return e.sealReport(rep, start), nil
 }
 
@@ -438,7 +446,7 @@ func (e *Engine) currentState(ctx context.Context, pt *point) promcp.CurrentStat
 		r, _ = e.sample(ctx, pt)
 	}
 	if r != nil {
-		st.Value, st.Timestamp = r.value, promcp.Time(r.at)
+		st.Value, st.Timestamp = r.value, r.stamp
 	} else {
 		st.Timestamp = promcp.Time(e.now())
 	}
@@ -469,7 +477,7 @@ func (e *Engine) relatedReads(rep *promcp.CapabilityReport, in promcp.Intent) {
 		pt.mu.Unlock()
 		if r != nil {
 			rep.Context.CurrentObservations[pt.tool] = map[string]any{
-				"value": r.value, "unit": unitOf(pt.c), "timestamp": promcp.Time(r.at),
+				"value": r.value, "unit": unitOf(pt.c), "timestamp": r.stamp,
 			}
 		}
 	}

@@ -215,7 +215,7 @@ func (e *Engine) quantise(pt *point, d *decision) {
 	if !numeric {
 		return
 	}
-	q, err := pt.drv.Quantise(d.value)
+	q, err := pt.quantise(d.value)
 	if err != nil {
 		*d = deny(promcp.OutOfRange, "value %v cannot be written to this binding: %v", d.value, err)
 		return
@@ -238,6 +238,23 @@ func (e *Engine) quantise(pt *point, d *decision) {
 		d.warnings = append(d.warnings, fmt.Sprintf("value %v is written as %v, the nearest value the register holds", d.value, q))
 	}
 	d.value = q
+}
+
+// quantise is pt.drv.Quantise, remembering the latest answer.
+func (pt *point) quantise(v any) (any, error) {
+	pt.mu.Lock()
+	memo := pt.quantised
+	pt.mu.Unlock()
+	if memo.in == v && v != nil {
+		return memo.out, nil
+	}
+	q, err := pt.drv.Quantise(v)
+	if err == nil {
+		pt.mu.Lock()
+		pt.quantised.in, pt.quantised.out = v, q
+		pt.mu.Unlock()
+	}
+	return q, err
 }
 
 // nearestInside is the greatest (below set) or least value the binding holds

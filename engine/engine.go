@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,12 +100,20 @@ type point struct {
 	// refused is the latest request the device refused (exception reply), so
 	// can_do can say so before the same request is tried again.
 	refused *refusal
+	// quantised remembers the latest value quantised and its result: can_do
+	// and do_* ask again for the same value, and encoding is exact
+	// rational arithmetic.
+	quantised struct{ in, out any }
+
+	vocab     map[string]bool // semantic tags and the words of the name, for can_do
+	nameWords []string
 }
 
 // reading is one read as the engine keeps it.
 type reading struct {
 	value any
 	at    time.Time
+	stamp string // at as answers carry it, formatted once for every answer that serves the reading
 	flag  string // why the value is implausible; empty when good
 	// unsynced: taken while the system clock was not synchronised, so at
 	// may be far off.
@@ -153,7 +162,14 @@ func New(m *manifest.Manifest, p *policy.Policy, buses map[string]drivers.Bus, o
 		if err != nil {
 			return nil, fmt.Errorf("capability %s: %w", c.ToolName(), err)
 		}
-		pt := &point{c: c, tool: c.ToolName(), drv: drv, busType: c.Binding.Type, location: locationKey(c)}
+		pt := &point{c: c, tool: c.ToolName(), drv: drv, busType: c.Binding.Type, location: locationKey(c), nameWords: words(c.Name)}
+		pt.vocab = map[string]bool{}
+		for _, t := range c.SemanticTags {
+			pt.vocab[strings.ToLower(t)] = true
+		}
+		for _, w := range pt.nameWords {
+			pt.vocab[w] = true
+		}
 		if pt.site = e.sites[pt.location]; pt.site == nil {
 			pt.site = &site{key: pt.location}
 			e.sites[pt.location] = pt.site

@@ -113,7 +113,7 @@ func (e *Engine) measure(ctx context.Context, pt *point) (*reading, error) {
 		}
 		// Points stamp samples with the engine's clock (BindWith), so cache
 		// ages, cooldowns and timestamps all come from one clock.
-		r = &reading{value: s.Value, at: s.At, flag: s.Flag, unsynced: unsynced}
+		r = &reading{value: s.Value, at: s.At, stamp: promcp.Time(s.At), flag: s.Flag, unsynced: unsynced}
 		if r.flag == "" {
 			r.flag = implausible(pt.c, s.Value)
 		}
@@ -212,7 +212,7 @@ func (e *Engine) observe(ctx context.Context, pt *point) promcp.ReadResponse {
 		r, err = e.sample(ctx, pt)
 	}
 	if err == nil {
-		resp.Value, resp.Timestamp, resp.Quality = r.value, promcp.Time(r.at), promcp.QualityGood
+		resp.Value, resp.Timestamp, resp.Quality = r.value, r.stamp, promcp.QualityGood
 		if r.flag != "" {
 			resp.Quality, resp.Detail = promcp.QualityDegraded, r.flag
 		}
@@ -223,7 +223,7 @@ func (e *Engine) observe(ctx context.Context, pt *point) promcp.ReadResponse {
 	good := pt.lastGood
 	pt.mu.Unlock()
 	if good != nil && e.now().Sub(good.at) <= staleLimit(pt.c) {
-		resp.Value, resp.Timestamp, resp.Quality = good.value, promcp.Time(good.at), promcp.QualityStale
+		resp.Value, resp.Timestamp, resp.Quality = good.value, good.stamp, promcp.QualityStale
 		resp.Detail = fmt.Sprintf("live read failed (%v); serving the last good value", err)
 		flagClock(&resp, good)
 		return resp
