@@ -89,11 +89,11 @@ func (e *Engine) Do(ctx context.Context, caller Caller, tool string, req promcp.
 	// take turns from here to the charge, and check the limits again in turn:
 	// another call may have written meanwhile.
 	defer e.lockWrites(pt)()
-	if doubt != nil {
+	if doubt != nil && doubt.Seq > 0 {
 		// A write may have come between settling and taking the turn.
-		if later, tool, ok := pt.site.after(doubt.Seq); ok {
+		if later, laterTool, ok := pt.site.after(doubt.Seq); ok {
 			outcome = OutcomeSuperseded
-			return e.superseded(pt, key, *doubt, later, tool), nil
+			return e.superseded(pt, key, *doubt, later, laterTool), nil
 		}
 	}
 	if l := e.limits(pt); l.permission != promcp.Allowed {
@@ -244,8 +244,8 @@ func (e *Engine) settleLocked(ctx context.Context, pt *point, key string, rec Re
 //
 // The caller holds the site's write turn.
 func (e *Engine) settle(ctx context.Context, pt *point, key string, rec Record) (promcp.DoResponse, string) {
-	if later, tool, ok := pt.site.after(rec.Seq); ok && rec.Seq > 0 {
-		return e.superseded(pt, key, rec, later, tool), OutcomeSuperseded
+	if later, laterTool, ok := pt.site.after(rec.Seq); ok && rec.Seq > 0 {
+		return e.superseded(pt, key, rec, later, laterTool), OutcomeSuperseded
 	}
 	cur, err := e.readFresh(ctx, pt)
 	if err != nil {

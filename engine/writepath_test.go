@@ -196,3 +196,19 @@ func TestInDoubtIntentIsChargedAtStartUp(t *testing.T) {
 		t.Fatalf("new key 1 s after a crashed write = %+v, want cooldown_active", resp)
 	}
 }
+
+// A record from before writes were numbered (no Seq) cannot tell superseded
+// from not applied: it is settled by the device's value, as before.
+func TestUnnumberedInDoubtRecordIsSettledByTheDevice(t *testing.T) {
+	e, mb := inDoubt(t, "old")
+	if resp := doOn(t, e, "do_damper_position", 50.0, "other"); resp.Status != promcp.StatusSuccess {
+		t.Fatalf("other = %+v", resp)
+	}
+	resp := doOn(t, e, "do_damper_position", 30.0, "old")
+	if resp.Status != promcp.StatusSuccess || resp.AppliedValue != 30.0 {
+		t.Fatalf("retry of an unnumbered in-doubt key = %+v", resp)
+	}
+	if w := mb.Writes(); w != 2 {
+		t.Fatalf("writes = %d, want 2", w)
+	}
+}
