@@ -18,7 +18,8 @@ import (
 type RTU struct {
 	*Device
 	ptm  *os.File
-	path string
+	path string // the link clients open
+	pts  string
 	once sync.Once
 	wg   sync.WaitGroup
 }
@@ -39,7 +40,7 @@ func StartRTU(tb testing.TB) *RTU {
 		ptm.Close()
 		tb.Fatalf("modbusfault: %v", err)
 	}
-	s := &RTU{Device: newDevice(), ptm: ptm, path: path}
+	s := &RTU{Device: newDevice(), ptm: ptm, path: path, pts: pts}
 	s.wg.Go(s.serve)
 	tb.Cleanup(s.Close)
 	return s
@@ -48,6 +49,10 @@ func StartRTU(tb testing.TB) *RTU {
 // Path is the serial port to open: a link to /dev/pts/N that lives as long
 // as the device.
 func (s *RTU) Path() string { return s.path }
+
+// PTY is the pseudo-terminal itself, /dev/pts/N, for a client that needs a
+// device path and holds it open for the device's life (qemu's -serial).
+func (s *RTU) PTY() string { return s.pts }
 
 // Close stops the server, removes the link and closes the pseudo-terminal.
 func (s *RTU) Close() {

@@ -179,7 +179,7 @@ func boot(t *testing.T, ctx context.Context) *board {
 	cmd := exec.Command(qemu, "-M", "sabrelite", "-smp", "1", "-m", "256M",
 		"-display", "none", "-monitor", "none", "-no-reboot", "-accel", "tcg",
 		"-serial", "file:"+b.uart1, "-serial", "stdio", // UART1: physmcpd's log; UART2: console and MCP
-		"-serial", b.modbus.Path(), "-serial", "null", "-serial", b.modbus5.Path(), // UART3, 5: Modbus devices on the host's ptys; UART4: nothing
+		"-serial", b.modbus.PTY(), "-serial", "null", "-serial", b.modbus5.PTY(), // UART3, 5: Modbus devices on the host's ptys; UART4: nothing
 		"-kernel", filepath.Join(kernelDir, "vmlinuz"), "-dtb", dtb,
 		"-initrd", initrd,
 		"-device", "tmp105,id=temp0,bus=i2c-bus.0,address=0x48", // i2c-bus.0 = i2c1@21a0000 = /dev/i2c-0
