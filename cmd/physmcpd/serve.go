@@ -19,7 +19,7 @@ import (
 )
 
 func init() {
-	register("serve", "serve the device's tools over MCP (stdio, a serial line or streamable HTTP)", runServe)
+	register("serve", "serve the device's tools over MCP ("+serveTransports+")", runServe)
 }
 
 // serveConfig is the serve command line.

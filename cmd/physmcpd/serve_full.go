@@ -17,7 +17,10 @@ import (
 	"github.com/physmcp/physmcpd/profiles"
 )
 
-// serveUsage is the transports part of serve's usage line.
+// serveTransports and serveUsage are what serve's summary and usage line say
+// of the transports.
+const serveTransports = "stdio, a serial line or streamable HTTP"
+
 const serveUsage = "[--profile full|lite] [--stdio | --serial PORT [--baud N] | --http ADDR [--allow-remote]] [--state-dir DIR]"
 
 // addBuildFlags are serve's flags for what only the Full build has: HTTP,

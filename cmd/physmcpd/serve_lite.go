@@ -28,6 +28,8 @@ import (
 // resident.
 func init() { applyRuntime(profiles.Lite) }
 
+const serveTransports = "stdio or a serial line"
+
 const serveUsage = "[--profile lite] [--stdio | --serial PORT [--baud N]]"
 
 // fullOnlyFlags are serve's flags that only the Full build has.
