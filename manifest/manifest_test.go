@@ -222,6 +222,7 @@ var manifestEdits = []edit{
 	{name: "two documents", base: greenhouse, new: "---\nphysmcp_version: \"0.1\"\n", at: "---", msg: "more than one YAML document"},
 	{name: "unsupported version", base: greenhouse, old: `physmcp_version: "0.1"`, new: `physmcp_version: "2.0"`, at: `"2.0"`, msg: "unsupported version"},
 	{name: "bad profile", base: greenhouse, old: "audit:", new: "profile: tiny\naudit:", at: "tiny", msg: "must be full or lite"},
+	{name: "mesh not built yet", base: greenhouse, old: "audit:", new: "network:\n  mesh: {enabled: true, seed_peers: [hall-02]}\naudit:", at: "true", msg: "cannot join a mesh yet"},
 	// Names.
 	{name: "bad device id", base: greenhouse, old: "id: greenhouse_controller_01", new: "id: Greenhouse-01", at: "Greenhouse-01", msg: "lowercase"},
 	{name: "bad capability name", base: greenhouse, old: "name: door_closed", new: "name: DoorClosed", at: "DoorClosed", msg: "lowercase"},

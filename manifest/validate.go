@@ -123,6 +123,9 @@ func (v *validator) network(n *Network) {
 		}
 	}
 	if ms := n.Mesh; ms != nil {
+		if ms.Enabled {
+			v.errorf(ms.At.Of("enabled"), "network.mesh.enabled", "this release of physmcpd cannot join a mesh yet; set enabled: false (or remove network.mesh) until it can, rather than expect peers it will never contact")
+		}
 		if ms.MaxPeers < 0 {
 			v.errorf(ms.At.Of("max_peers"), "network.mesh.max_peers", "must not be negative, got %d", ms.MaxPeers)
 		}
