@@ -77,17 +77,19 @@ func goBuild(t *testing.T, out, pkg string, env ...string) {
 	}
 }
 
-// buildInitramfs packs the guest: init, physmcpd (GOARM=7 via build.sh), the
-// modules, and the test's manifest, policy and serve arguments.
-func buildInitramfs(t *testing.T, kernelDir, to string, serveArgs []string) {
+// buildInitramfs packs the guest: init, physmcpd (GOARM=7 via build.sh; the
+// full or the lite build), the modules, and the test's manifest, policy and
+// serve arguments.
+func buildInitramfs(t *testing.T, kernelDir, to, build string, serveArgs []string) {
 	t.Helper()
 	work := t.TempDir()
-	build := exec.Command("./build.sh", "armv7")
-	build.Dir = repo
-	build.Env = append(os.Environ(), "OUT="+work, "VERSION=board-test")
-	if b, err := build.CombinedOutput(); err != nil {
+	buildSh := exec.Command("./build.sh", "armv7")
+	buildSh.Dir = repo
+	buildSh.Env = append(os.Environ(), "OUT="+work, "VERSION=board-test", "BUILDS="+build)
+	if b, err := buildSh.CombinedOutput(); err != nil {
 		t.Fatalf("build.sh armv7: %v\n%s", err, b)
 	}
+	binary := map[string]string{"full": "physmcpd-armv7", "lite": "physmcpd-lite-armv7"}[build]
 	goBuild(t, filepath.Join(work, "init"), "./test/board/guestinit")
 	r := newInitramfs()
 	for _, f := range []struct {
@@ -95,7 +97,7 @@ func buildInitramfs(t *testing.T, kernelDir, to string, serveArgs []string) {
 		exec       bool
 	}{
 		{"/init", filepath.Join(work, "init"), true},
-		{"/physmcpd", filepath.Join(work, "physmcpd-armv7"), true},
+		{"/physmcpd", filepath.Join(work, binary), true},
 		{"/board/physmcp.manifest.yml", "testdata/physmcp.manifest.yml", false},
 		{"/board/physmcp.policy.yml", "testdata/physmcp.policy.yml", false},
 	} {
@@ -162,7 +164,16 @@ type board struct {
 	modbus5 *modbusfault.RTU // the one on UART5 (RS-485, direction gpio)
 }
 
+// boot starts the board with the Full build serving MCP on its stdio, which
+// is the console UART.
 func boot(t *testing.T, ctx context.Context) *board {
+	t.Helper()
+	return bootWith(t, ctx, "full", "--stdio", "--state-dir", "/state")
+}
+
+// bootWith starts the board with physmcpd's build (full or lite) serving the
+// board's manifest with these further arguments.
+func bootWith(t *testing.T, ctx context.Context, build string, serveArgs ...string) *board {
 	t.Helper()
 	qemu, kernelDir := prerequisites(t)
 	dir := t.TempDir()
@@ -170,8 +181,8 @@ func boot(t *testing.T, ctx context.Context) *board {
 	patchDTB(t, kernelDir, dtb)
 	// --trust-clock: the guest runs no NTP client, so its kernel never calls
 	// the clock synchronised and every reading would be degraded.
-	buildInitramfs(t, kernelDir, initrd, []string{"serve", "--manifest", "/board/physmcp.manifest.yml",
-		"--policy", "/board/physmcp.policy.yml", "--stdio", "--state-dir", "/state", "--log-level", "debug", "--trust-clock"})
+	buildInitramfs(t, kernelDir, initrd, build, append([]string{"serve", "--manifest", "/board/physmcp.manifest.yml",
+		"--policy", "/board/physmcp.policy.yml", "--log-level", "debug", "--trust-clock"}, serveArgs...))
 	b := &board{uart1: filepath.Join(dir, "uart1.log"), modbus: modbusfault.StartRTU(t), modbus5: modbusfault.StartRTU(t)}
 	b.modbus.Device.Set(modbusfault.HoldingRegisters, 0, 1234)
 	b.modbus5.Device.Set(modbusfault.HoldingRegisters, 0, 77)
