@@ -445,7 +445,7 @@ func (v *validator) identity(id *Identity) {
 			if pr.CACertPath == "" {
 				v.errorf(pr.At.Of("ca_cert_path"), path, "an mtls provider needs ca_cert_path")
 			}
-			v.warnf(pr.At.Of("type"), path, "mtls providers are parsed but not yet used to authenticate; their callers get no role")
+			v.errorf(pr.At.Of("type"), path, "this release cannot authenticate callers by client certificate yet (an mtls provider would give every caller 401); use a static or jwt provider")
 		}
 	}
 }

@@ -187,6 +187,7 @@ var policyEdits = []edit{
 	{name: "token hash twice", base: greenhouse, old: "sha256: 7b020792499cb6968089acbdd92886d4f2a5a53f3fceec8ce095c61bca288c0b", new: "sha256: 09b7d775219c57da609a44cf8ec010e2f53a959837d06de600205091823fe68d", at: "09b7d775219c57da609a44cf8ec010e2f53a959837d06de600205091823fe68d\n          role: operator", msg: "listed twice"},
 	{name: "token name twice", base: greenhouse, old: "name: operator", new: "name: viewer", at: "viewer\n          sha256: 7b02", msg: `token name "viewer" is used twice`},
 	{name: "bad provider type", base: greenhouse, old: "    - type: static\n", new: "    - type: ldap\n", at: "ldap", msg: "must be static, jwt or mtls"},
+	{name: "mtls not built yet", base: greenhouse, old: "    - type: static\n", new: "    - type: mtls\n      ca_cert_path: ca.pem\n    - type: static\n", at: "mtls", msg: "cannot authenticate callers by client certificate yet"},
 	{name: "key of another provider", base: greenhouse, old: "    - type: static\n", new: "    - type: static\n      issuer: https://id.example\n", at: "https://id.example", msg: "issuer belongs to a jwt provider"},
 	{name: "jwt without audience", base: greenhouse, old: "  providers:\n", new: "  providers:\n    - type: jwt\n      issuer: https://id.example\n", at: "type: jwt", msg: "needs audience"},
 	{name: "emergency ttl", base: pumpSkid, old: "override_token_ttl_seconds: 900", new: "override_token_ttl_seconds: 0", at: "0\n", msg: "at least 1"},
