@@ -147,8 +147,8 @@ func New(p *policy.Policy, opts Options) (*Authenticator, error) {
 				}
 				a.jwts = append(a.jwts, v)
 			}
-			// mtls providers are parsed by the policy but cannot map a
-			// certificate to a role yet; the policy warns about them.
+			// The policy refuses mtls providers until a certificate can be
+			// mapped to a role.
 		}
 	}
 	if e := p.Emergency; e != nil && len(opts.OverrideKey) > 0 {
