@@ -100,11 +100,14 @@ func (p *protector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	required := p.acc.Auth.Required()
 	if path, ok := strings.CutPrefix(r.URL.Path, ProtectedResourcePath); ok && (path == "" || strings.HasPrefix(path, "/")) {
 		p.leaveBodyUnread(w, r)
-		if !required {
+		servers := p.authorizationServers()
+		if !required || len(servers) == 0 {
+			// Without an authorization server the metadata would send
+			// OAuth clients into a login that cannot work.
 			http.NotFound(w, r)
 			return
 		}
-		p.serveMetadata(w, r, path)
+		p.serveMetadata(w, r, path, servers)
 		return
 	}
 	principal := p.acc.Local
@@ -206,9 +209,21 @@ func metadataURL(r *http.Request) string {
 	return scheme(r) + "://" + r.Host + ProtectedResourcePath + r.URL.Path
 }
 
+// authorizationServers are the JWT providers' issuers that are URLs: the
+// authorization servers an OAuth client can get a token from.
+func (p *protector) authorizationServers() []string {
+	var servers []string
+	for _, iss := range p.acc.Auth.Issuers() {
+		if u, err := url.Parse(iss); err == nil && (u.Scheme == "https" || u.Scheme == "http") && u.Host != "" {
+			servers = append(servers, iss)
+		}
+	}
+	return servers
+}
+
 // serveMetadata answers RFC 9728 protected resource metadata for the
 // resource at path (empty: the server as a whole).
-func (p *protector) serveMetadata(w http.ResponseWriter, r *http.Request, path string) {
+func (p *protector) serveMetadata(w http.ResponseWriter, r *http.Request, path string, servers []string) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "method_not_allowed"})
@@ -218,28 +233,24 @@ func (p *protector) serveMetadata(w http.ResponseWriter, r *http.Request, path s
 		"resource":                 scheme(r) + "://" + r.Host + path,
 		"bearer_methods_supported": []string{"header"},
 		"resource_name":            p.acc.ResourceName,
-	}
-	var servers []string
-	for _, iss := range p.acc.Auth.Issuers() {
-		if u, err := url.Parse(iss); err == nil && (u.Scheme == "https" || u.Scheme == "http") && u.Host != "" {
-			servers = append(servers, iss)
-		}
-	}
-	if len(servers) > 0 {
-		meta["authorization_servers"] = servers
+		"authorization_servers":    servers,
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, meta)
 }
 
 // unauthorized answers 401 with the RFC 6750 challenge and, per RFC 9728,
-// where the resource metadata is.
+// where the resource metadata is when there is an authorization server to
+// name (static tokens have none: the client is told the realm only).
 func (p *protector) unauthorized(w http.ResponseWriter, r *http.Request, err error) {
 	var ae *auth.Error
 	if !errors.As(err, &ae) {
 		ae = &auth.Error{Code: "invalid_token", Description: err.Error()}
 	}
-	challenge := fmt.Sprintf("Bearer resource_metadata=%q", metadataURL(r))
+	challenge := `Bearer realm="physmcpd"`
+	if len(p.authorizationServers()) > 0 {
+		challenge = fmt.Sprintf("Bearer resource_metadata=%q", metadataURL(r))
+	}
 	body := map[string]string{"error": "unauthorized", "error_description": ae.Description}
 	if ae.Code != "" {
 		challenge += fmt.Sprintf(", error=%q, error_description=%q", ae.Code, headerSafe(ae.Description))

@@ -158,6 +158,35 @@ func TestHTTPProtectedResourceMetadata(t *testing.T) {
 	}
 }
 
+// Static tokens name no authorization server: no metadata to send OAuth
+// clients into a login that cannot work, and a 401 that names the realm only.
+func TestHTTPNoMetadataWithoutAuthorizationServer(t *testing.T) {
+	d := startAccessDevice(t, fmt.Sprintf(`physmcp_policy_version: "0.1"
+identity:
+  providers:
+    - type: static
+      tokens:
+        - {name: operator, sha256: %s, role: operator}
+`, policy.HashToken("operator-token")), nil, nil, 4096)
+	resp, _ := post(t, d.url+mcpserver.EndpointPath, initializeBody, nil)
+	if challenge := resp.Header.Get("WWW-Authenticate"); resp.StatusCode != 401 || challenge != `Bearer realm="physmcpd"` {
+		t.Fatalf("no token: %d %q", resp.StatusCode, challenge)
+	}
+	for _, path := range []string{mcpserver.ProtectedResourcePath, mcpserver.ProtectedResourcePath + mcpserver.EndpointPath} {
+		resp, err := http.Get(d.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 404 {
+			t.Errorf("%s: %d, want 404", path, resp.StatusCode)
+		}
+	}
+	if resp, _ := post(t, d.url+mcpserver.EndpointPath, initializeBody, map[string]string{"Authorization": "Bearer operator-token"}); resp.StatusCode != 200 {
+		t.Fatalf("with the token: %d", resp.StatusCode)
+	}
+}
+
 // A viewer does not see do_ tools, and calling one anyway is 403 with
 // permission_insufficient and no write; an operator sees it and writes.
 func TestHTTPRoles(t *testing.T) {
