@@ -78,6 +78,8 @@ type Log struct {
 	// key keys the chain from the file keyedSince on; nil while it is plain.
 	key        *Key
 	keyedSince string
+	// appended wakes a Shipper after each line; it never blocks Append.
+	appended chan struct{}
 }
 
 // head is the content of HEAD and ANCHOR. MAC and KeyID are set when the
@@ -106,7 +108,7 @@ func Open(dir string, retentionDays int, now func() time.Time, opts ...Option) (
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("audit directory: %w", err)
 	}
-	l := &Log{dir: dir, retention: retentionDays, now: now}
+	l := &Log{dir: dir, retention: retentionDays, now: now, appended: make(chan struct{}, 1)}
 	files, err := trailFiles(dir)
 	if err != nil {
 		return nil, err
@@ -247,6 +249,10 @@ func (l *Log) Append(v any) error {
 	}
 	l.line++
 	l.prev = l.key.sum(line)
+	select {
+	case l.appended <- struct{}{}:
+	default: // a wake-up is pending already
+	}
 	return l.writeHead()
 }
 
@@ -357,9 +363,14 @@ func (l *Log) writeHead() error {
 	return writeHeadFile(filepath.Join(l.dir, headFile), h)
 }
 
-// writeHeadFile replaces path atomically (write, fsync, rename).
 func writeHeadFile(path string, h head) error {
 	b, _ := json.Marshal(h)
+	return replaceFile(path, b)
+}
+
+// replaceFile replaces path atomically with b and a newline (write, fsync,
+// rename).
+func replaceFile(path string, b []byte) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {

@@ -82,6 +82,9 @@ func (v *validator) run() {
 		if m.Audit.RetentionDays < 0 {
 			v.errorf(m.Audit.At.Of("retention_days"), "audit.retention_days", "must not be negative, got %d", m.Audit.RetentionDays)
 		}
+		if rs := m.Audit.RemoteSink; rs != nil {
+			v.remoteSink(m.Audit, rs)
+		}
 	}
 	if m.SafeState != nil {
 		v.safeState(m)
@@ -132,6 +135,19 @@ func (v *validator) network(n *Network) {
 		if ms.HeartbeatIntervalMs < 0 {
 			v.errorf(ms.At.Of("heartbeat_interval_ms"), "network.mesh.heartbeat_interval_ms", "must not be negative, got %d", ms.HeartbeatIntervalMs)
 		}
+	}
+}
+
+func (v *validator) remoteSink(a *Audit, rs *RemoteSink) {
+	if !a.Enabled {
+		v.errorf(a.At.Of("remote_sink"), "audit.remote_sink", "ships the audit trail, and with audit.enabled false there is none: set enabled: true or remove remote_sink")
+	}
+	if _, err := rs.SinkURL(); err != nil {
+		key := "address"
+		if _, ok := sinkSchemes[rs.Type]; !ok {
+			key = "type"
+		}
+		v.errorf(rs.At.Of(key), "audit.remote_sink."+key, "%v", err)
 	}
 }
 

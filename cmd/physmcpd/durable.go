@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/physmcp/physmcpd/audit"
+	"github.com/physmcp/physmcpd/audit/sink"
 	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/profiles"
@@ -22,8 +23,9 @@ func auditDir(stateDir string) string { return filepath.Join(stateDir, "audit") 
 
 // durable is what serve keeps on disk: the state store and the audit trail.
 type durable struct {
-	store *state.Store
-	trail *audit.Log
+	store   *state.Store
+	trail   *audit.Log
+	shipper *audit.Shipper // nil without audit.remote_sink
 }
 
 // stateDirFor resolves --state-dir: the flag when given; otherwise the
@@ -70,12 +72,39 @@ func openDurable(cfg serveConfig, prof profiles.Profile, m *manifest.Manifest, l
 		}
 		d.trail = trail
 		opts.Audit = auditSink(trail, logger)
+		if rs := m.Audit.RemoteSink; rs != nil {
+			if d.shipper, err = shipTrail(trail, rs, logger); err != nil {
+				d.close(logger)
+				return nil, engine.Options{}, err
+			}
+		}
 	}
 	logger.Info("state directory", "dir", dir, "audit", d.trail != nil)
 	return d, opts, nil
 }
 
+// shipTrail ships the trail to audit.remote_sink from the position it
+// reached last time; lines wait in the trail while the sink is down.
+func shipTrail(trail *audit.Log, rs *manifest.RemoteSink, logger *slog.Logger) (*audit.Shipper, error) {
+	sender, name, err := sink.New(rs)
+	if err != nil {
+		return nil, err
+	}
+	sh, err := audit.Ship(trail, sender, audit.ShipOptions{Sink: name, Logger: logger})
+	if err != nil {
+		sender.Close()
+		return nil, err
+	}
+	logger.Info("audit remote sink", "sink", name)
+	return sh, nil
+}
+
 func (d *durable) close(logger *slog.Logger) {
+	if d.shipper != nil {
+		if err := d.shipper.Close(); err != nil {
+			logger.Warn("closing the audit sink", "err", err)
+		}
+	}
 	if d.trail != nil {
 		if err := d.trail.Close(); err != nil {
 			logger.Warn("closing the audit trail", "err", err)
