@@ -108,12 +108,17 @@ func TestInterlockedWriteNeverLandsOnAFailingSource(t *testing.T) {
 		}
 		var wg sync.WaitGroup
 		var pump promcp.DoResponse
-		wg.Go(func() {
-			pump, _ = e.Do(context.Background(), operator, "do_pump", promcp.DoRequest{Value: true, IdempotencyKey: fmt.Sprintf("pump-%d", i)})
-		})
-		wg.Go(func() {
-			_, _ = e.Do(context.Background(), operator, "do_level", promcp.DoRequest{Value: 5, IdempotencyKey: fmt.Sprintf("level-%d", i)})
-		})
+		calls := []func(){
+			func() {
+				pump, _ = e.Do(context.Background(), operator, "do_pump", promcp.DoRequest{Value: true, IdempotencyKey: fmt.Sprintf("pump-%d", i)})
+			},
+			func() {
+				_, _ = e.Do(context.Background(), operator, "do_level", promcp.DoRequest{Value: 5, IdempotencyKey: fmt.Sprintf("level-%d", i)})
+			},
+		}
+		// Alternate which call starts first, so both orders occur under any load.
+		wg.Go(calls[i%2])
+		wg.Go(calls[1-i%2])
 		wg.Wait()
 		if pump.Status == promcp.StatusFailed {
 			refused++
