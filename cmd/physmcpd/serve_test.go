@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/physmcp/physmcpd/mcpserver"
 	"github.com/physmcp/physmcpd/promcp"
 )
 
@@ -115,6 +116,15 @@ func TestServeHTTPShutsDownCleanly(t *testing.T) {
 		} else if time.Now().After(deadline) {
 			t.Fatalf("server did not start: %s", stderr.String())
 		}
+	}
+	// Liveness needs no token.
+	health, err := http.Get(strings.TrimSuffix(url, mcpserver.EndpointPath) + mcpserver.HealthPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	health.Body.Close()
+	if health.StatusCode != http.StatusOK {
+		t.Fatalf("%s: %d", mcpserver.HealthPath, health.StatusCode)
 	}
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(
 		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`))
