@@ -2,7 +2,9 @@ package mcpserver
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 )
 
@@ -15,10 +17,28 @@ const HealthPath = "/healthz"
 const healthTimeout = 2 * time.Second
 
 // Health answers HealthPath with 200 {"status":"ok"} while check passes and
-// 503 {"status":"unhealthy"} when it fails; why stays in the daemon's log
+// 503 {"status":"unhealthy"} when it fails; why goes to log, once per change
 // (the check names buses and addresses, and the endpoint needs no token).
 // Every other path goes to next.
-func Health(check func(context.Context) error, next http.Handler) http.Handler {
+func Health(check func(context.Context) error, log *slog.Logger, next http.Handler) http.Handler {
+	var mu sync.Mutex
+	last := "" // the latest failure logged; "" while healthy
+	note := func(err error) {
+		why := ""
+		if err != nil {
+			why = err.Error()
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if why == last {
+			return
+		}
+		if last = why; err != nil {
+			log.Warn(HealthPath+" answers unhealthy", "err", err)
+		} else {
+			log.Info(HealthPath + " answers healthy again")
+		}
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != HealthPath {
 			next.ServeHTTP(w, r)
@@ -32,7 +52,9 @@ func Health(check func(context.Context) error, next http.Handler) http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 		defer cancel()
 		w.Header().Set("Cache-Control", "no-store")
-		if err := check(ctx); err != nil {
+		err := check(ctx)
+		note(err)
+		if err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unhealthy"})
 			return
 		}

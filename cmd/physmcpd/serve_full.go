@@ -105,7 +105,7 @@ func serveHTTP(ctx context.Context, cfg serveConfig, h *mcpserver.HTTPHandler, a
 		logger.Error("cannot listen", "addr", cfg.httpAddr, "err", err)
 		return 1
 	}
-	srv := mcpserver.NewHTTPServer(mcpserver.Health(health, mcpserver.Protect(h, acc)))
+	srv := mcpserver.NewHTTPServer(mcpserver.Health(health, logger, mcpserver.Protect(h, acc)))
 	done := make(chan error, 1)
 	scheme := "http"
 	if cfg.access.tls() {
