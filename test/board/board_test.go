@@ -275,11 +275,9 @@ func (b *board) eventually(t *testing.T, ctx context.Context, tool string, withi
 	}
 }
 
-func TestBoard(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
-	defer cancel()
-	b := boot(t, ctx)
-
+// toolNames lists the served tools, space-separated, in the server's order.
+func (b *board) toolNames(t *testing.T, ctx context.Context) string {
+	t.Helper()
 	list, err := b.mcp.ListTools(ctx, mcp.ListToolsRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -288,7 +286,15 @@ func TestBoard(t *testing.T) {
 	for _, tool := range list.Tools {
 		names = append(names, tool.Name)
 	}
-	if got, want := strings.Join(names, " "), "can_do do_overtemp_limit do_pump do_relay do_status_led read_board_temperature read_button_pressed read_expansion_temperature read_line_pressure read_missing_sensor_temperature read_overtemp_limit read_return_pressure read_tank_level"; got != want {
+	return strings.Join(names, " ")
+}
+
+func TestBoard(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	b := boot(t, ctx)
+
+	if got, want := b.toolNames(t, ctx), "can_do do_overtemp_limit do_pump do_relay do_status_led read_board_temperature read_button_pressed read_expansion_temperature read_line_pressure read_missing_sensor_temperature read_overtemp_limit read_return_pressure read_tank_level"; got != want {
 		t.Fatalf("tools %s, want %s", got, want)
 	}
 

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/mark3labs/mcp-go/mcp"
 )
 
 // The Lite build on the board: it opens the console UART itself (--serial:
@@ -18,15 +16,7 @@ func TestBoardLite(t *testing.T) {
 	defer cancel()
 	b := bootWith(t, ctx, "lite", "--serial", "/dev/ttymxc1", "--baud", "115200")
 
-	list, err := b.mcp.ListTools(ctx, mcp.ListToolsRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, tool := range list.Tools {
-		names = append(names, tool.Name)
-	}
-	if got, want := strings.Join(names, " "), "can_do read_board_temperature read_button_pressed read_expansion_temperature read_line_pressure read_missing_sensor_temperature read_overtemp_limit read_return_pressure read_tank_level"; got != want {
+	if got, want := b.toolNames(t, ctx), "can_do read_board_temperature read_button_pressed read_expansion_temperature read_line_pressure read_missing_sensor_temperature read_overtemp_limit read_return_pressure read_tank_level"; got != want {
 		t.Fatalf("tools %s, want %s", got, want)
 	}
 	if err := b.qmp.do("qom-set", map[string]any{"path": "/machine/peripheral/temp0", "property": "temperature", "value": 37000}); err != nil {
