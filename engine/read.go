@@ -212,12 +212,7 @@ func (e *Engine) observe(ctx context.Context, pt *point) promcp.ReadResponse {
 		r, err = e.sample(ctx, pt)
 	}
 	if err == nil {
-		resp.Value, resp.Timestamp, resp.Quality = r.value, r.stamp, promcp.QualityGood
-		if r.flag != "" {
-			resp.Quality, resp.Detail = promcp.QualityDegraded, r.flag
-		}
-		flagClock(&resp, r)
-		return resp
+		return e.answer(pt, r)
 	}
 	pt.mu.Lock()
 	good := pt.lastGood
@@ -230,6 +225,17 @@ func (e *Engine) observe(ctx context.Context, pt *point) promcp.ReadResponse {
 	}
 	resp.Value, resp.Timestamp, resp.Quality = nil, promcp.Time(e.now()), promcp.QualityError
 	resp.Detail = err.Error()
+	return resp
+}
+
+// answer is the response that serves the successful reading r of pt.
+func (e *Engine) answer(pt *point, r *reading) promcp.ReadResponse {
+	resp := promcp.ReadResponse{Unit: unitOf(pt.c), DeviceID: e.deviceID()}
+	resp.Value, resp.Timestamp, resp.Quality = r.value, r.stamp, promcp.QualityGood
+	if r.flag != "" {
+		resp.Quality, resp.Detail = promcp.QualityDegraded, r.flag
+	}
+	flagClock(&resp, r)
 	return resp
 }
 
