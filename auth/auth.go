@@ -1,6 +1,7 @@
-// Package auth establishes who an HTTP caller is: bearer tokens are mapped to
-// roles by the policy's identity section (static tokens stored as SHA-256
-// hashes, JWTs checked for issuer, audience, signature and expiry) and
+// Package auth establishes who an HTTP caller is: bearer tokens and client
+// certificates are mapped to roles by the policy's identity section (static
+// tokens stored as SHA-256 hashes, JWTs checked for issuer, audience,
+// signature and expiry, certificates checked against the provider's CA) and
 // emergency override tokens grant the policy's override role for a limited
 // time. It also signs the state that binds a person's approval to one call.
 // It knows nothing of MCP or HTTP; mcpserver applies it at the edge.
@@ -37,7 +38,8 @@ const (
 // Principal is an authenticated caller.
 type Principal struct {
 	// Name identifies the caller in logs and the audit trail: the static
-	// token's name, "jwt:" + the subject, or "override:" + whom it was minted for.
+	// token's name, "jwt:" + the subject, "mtls:" + the certificate's name,
+	// or "override:" + whom it was minted for.
 	Name   string
 	Role   manifest.Role
 	Method string
@@ -102,6 +104,7 @@ const Leeway = 60 * time.Second
 type Authenticator struct {
 	static    []staticToken
 	jwts      []*jwtVerifier
+	certs     []*certVerifier
 	override  *overrideVerifier
 	providers int
 	now       func() time.Time
@@ -146,9 +149,13 @@ func New(p *policy.Policy, opts Options) (*Authenticator, error) {
 					return nil, fmt.Errorf("identity.providers[%d] (jwt, issuer %q): %w", i, pr.Issuer, err)
 				}
 				a.jwts = append(a.jwts, v)
+			case "mtls":
+				v, err := newCertVerifier(pr, baseDir)
+				if err != nil {
+					return nil, fmt.Errorf("identity.providers[%d] (mtls): %w", i, err)
+				}
+				a.certs = append(a.certs, v)
 			}
-			// The policy refuses mtls providers until a certificate can be
-			// mapped to a role.
 		}
 	}
 	if e := p.Emergency; e != nil && len(opts.OverrideKey) > 0 {

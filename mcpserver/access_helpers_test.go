@@ -49,6 +49,7 @@ type accessDevice struct {
 	clock *testclock.Clock
 	audit chan auth.AuditEvent
 	dir   string
+	acc   mcpserver.Access
 }
 
 func loadAccessManifest(t *testing.T) *manifest.Manifest {
@@ -115,7 +116,7 @@ func newAccessDevice(t *testing.T, policyYAML string, files map[string]string, o
 	acc.Auth, acc.Local = a, auth.Principal{Name: "local", Role: p.LocalRole(), Method: auth.MethodLocal}
 	acc.Permits, acc.ResourceName, acc.Logger = mcpserver.RolePermits(e), m.Device.ID, quietLogger()
 	h := mcpserver.Protect(mcpserver.NewHTTPHandler(s, quietLogger()), acc)
-	return &accessDevice{bus: bus, clock: clock, audit: audit, dir: dir}, h
+	return &accessDevice{bus: bus, clock: clock, audit: audit, dir: dir, acc: acc}, h
 }
 
 // connect starts an MCP client on the device's endpoint.

@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,7 +41,7 @@ const ProtectedResourcePath = "/.well-known/oauth-protected-resource"
 
 // Access says who may use the HTTP endpoints.
 type Access struct {
-	// Auth authenticates bearer tokens. When it requires none (the policy
+	// Auth authenticates bearer tokens and client certificates. When it requires none (the policy
 	// names no identity providers) every caller is Local.
 	Auth *auth.Authenticator
 	// Local is the principal of unauthenticated callers when no
@@ -65,7 +66,7 @@ type Access struct {
 
 // Protect applies acc in front of next, in this order: Origin (403), the
 // protected resource metadata (served without credentials), the bearer token
-// (401 with WWW-Authenticate), the body limits (413, 408) and, for
+// or client certificate (401 with WWW-Authenticate), the body limits (413, 408) and, for
 // tools/call, the caller's role (403). Nothing refused before the body limits
 // has its body read: the connection closes after the answer.
 func Protect(next http.Handler, acc Access) http.Handler {
@@ -113,7 +114,7 @@ func (p *protector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	principal := p.acc.Local
 	if required {
 		var err error
-		principal, err = p.acc.Auth.Authenticate(r.Header.Get("Authorization"))
+		principal, err = p.authenticate(r)
 		if err != nil {
 			p.leaveBodyUnread(w, r)
 			p.unauthorized(w, r, err)
@@ -135,6 +136,21 @@ func (p *protector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	p.next.ServeHTTP(w, r.WithContext(auth.WithPrincipal(r.Context(), principal)))
+}
+
+// authenticate identifies the caller by its bearer token or, when it sent
+// no Authorization header, by the client certificate it presented in the
+// TLS handshake. A token, when given, decides alone.
+func (p *protector) authenticate(r *http.Request) (auth.Principal, error) {
+	header := r.Header.Get("Authorization")
+	if header == "" && r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		return p.acc.Auth.AuthenticateCertificate(r.TLS.PeerCertificates)
+	}
+	principal, err := p.acc.Auth.Authenticate(header)
+	if err == auth.ErrNoCredentials && p.acc.Auth.AcceptsClientCertificates() {
+		err = auth.ErrNoCertificate
+	}
+	return principal, err
 }
 
 // readBody reads the request body within BodyTimeout and MaxBodyBytes, or
@@ -336,4 +352,17 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(body)
+}
+
+// TLSConfig is the HTTPS listener's configuration for acc. With an mtls
+// provider it asks every client for a certificate but leaves verifying it
+// to Protect: a bearer-token client without one is still served, and a bad
+// certificate gets a 401 that says what is wrong rather than a TLS alert.
+// The handshake itself proves the client holds the certificate's key.
+func TLSConfig(acc Access) *tls.Config {
+	c := &tls.Config{}
+	if acc.Auth.AcceptsClientCertificates() {
+		c.ClientAuth = tls.RequestClientCert
+	}
+	return c
 }

@@ -66,6 +66,11 @@ const initializeBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{
 
 func post(t *testing.T, url, body string, headers map[string]string) (*http.Response, string) {
 	t.Helper()
+	return postWith(t, http.DefaultClient, url, body, headers)
+}
+
+func postWith(t *testing.T, hc *http.Client, url, body string, headers map[string]string) (*http.Response, string) {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +80,7 @@ func post(t *testing.T, url, body string, headers map[string]string) (*http.Resp
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -384,7 +384,7 @@ func (v *validator) guardSteps(path string, g *RangeGuard, c *manifest.Capabilit
 var providerKeys = map[string][]string{
 	"static": {"tokens"},
 	"jwt":    {"issuer", "audience", "key_file", "role_claim"},
-	"mtls":   {"ca_cert_path"},
+	"mtls":   {"ca_cert_path", "subject", "clients"},
 }
 
 func (v *validator) identity(id *Identity) {
@@ -443,9 +443,29 @@ func (v *validator) identity(id *Identity) {
 			}
 		case "mtls":
 			if pr.CACertPath == "" {
-				v.errorf(pr.At.Of("ca_cert_path"), path, "an mtls provider needs ca_cert_path")
+				v.errorf(pr.At.Self, path, "an mtls provider needs ca_cert_path (the CA that signs client certificates)")
 			}
-			v.errorf(pr.At.Of("type"), path, "this release cannot authenticate callers by client certificate yet (an mtls provider would give every caller 401); use a static or jwt provider")
+			switch pr.Subject {
+			case "":
+				pr.Subject = SubjectCN
+			case SubjectCN, SubjectDNS, SubjectEmail, SubjectURI:
+			default:
+				v.errorf(pr.At.Of("subject"), path+".subject", "must be cn, dns, email or uri, got %q", pr.Subject)
+			}
+			if len(pr.Clients) == 0 {
+				v.errorf(pr.At.Self, path, "an mtls provider needs clients: the certificate names it accepts and their roles")
+			}
+			seen := map[string]bool{}
+			for j, c := range pr.Clients {
+				cp := fmt.Sprintf("%s.clients[%d]", path, j)
+				if c.Name == "" {
+					v.errorf(c.At.Of("name"), cp+".name", "must not be empty")
+				} else if seen[c.Name] {
+					v.errorf(c.At.Of("name"), cp+".name", "client %q is listed twice", c.Name)
+				}
+				seen[c.Name] = true
+				v.role(c.At, cp+".role", "role", c.Role)
+			}
 		}
 	}
 }

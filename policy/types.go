@@ -170,6 +170,27 @@ type Provider struct {
 	RoleClaim string `yaml:"role_claim"`
 	// mtls
 	CACertPath string `yaml:"ca_cert_path"`
+	// Subject says which name of a client certificate is looked up in
+	// Clients: cn (the subject's common name, default), dns, email or uri
+	// (a subject alternative name of that kind).
+	Subject string        `yaml:"subject"`
+	Clients []*CertClient `yaml:"clients"`
+
+	At Positions `yaml:"-"`
+}
+
+// Certificate subject kinds an mtls provider can identify clients by.
+const (
+	SubjectCN    = "cn"
+	SubjectDNS   = "dns"
+	SubjectEmail = "email"
+	SubjectURI   = "uri"
+)
+
+// CertClient maps one client certificate name to a role.
+type CertClient struct {
+	Name string        `yaml:"name,required"`
+	Role manifest.Role `yaml:"role,required"`
 
 	At Positions `yaml:"-"`
 }

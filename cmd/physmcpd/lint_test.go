@@ -2,14 +2,10 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/mcpserver"
@@ -77,31 +73,8 @@ func TestLintExampleEndpointsLiveStrict(t *testing.T) {
 // returns the server's base URL.
 func startServe(t *testing.T, manifestPath, policyPath string) string {
 	t.Helper()
-	cfg, code := parseServe([]string{"--manifest", manifestPath, "--policy", policyPath, "--simulate", "--http", "127.0.0.1:0"}, io.Discard)
-	if code >= 0 {
-		t.Fatalf("parse: exit %d", code)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var stderr serveLogBuffer
-	exit := make(chan int, 1)
-	go func() { exit <- serve(ctx, cfg, strings.NewReader(""), io.Discard, &stderr) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-exit:
-		case <-time.After(10 * time.Second):
-			t.Error("serve did not stop")
-		}
-	})
-	listening := regexp.MustCompile(`url=(http://[^/\s]+)`)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if m := listening.FindStringSubmatch(stderr.String()); m != nil {
-			return m[1]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server did not start: %s", stderr.String())
-		}
-	}
+	url, _, _, _ := serveInBackground(t, []string{"--manifest", manifestPath, "--policy", policyPath, "--simulate", "--http", "127.0.0.1:0"})
+	return strings.TrimSuffix(url, mcpserver.EndpointPath)
 }
 
 func TestLintBrokenListAndExitCodes(t *testing.T) {

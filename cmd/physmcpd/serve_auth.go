@@ -116,6 +116,9 @@ func httpAccess(cfg serveConfig, m *manifest.Manifest, p *policy.Policy, e *engi
 			return mcpserver.Access{}, fmt.Errorf("--tls-cert/--tls-key: %w", err)
 		}
 	}
+	if a.AcceptsClientCertificates() && !f.tls() {
+		return mcpserver.Access{}, errors.New("the policy has an mtls identity provider, which needs HTTPS: give --tls-cert and --tls-key")
+	}
 	host, _, _ := net.SplitHostPort(cfg.httpAddr)
 	switch remote := !isLoopback(host); {
 	case remote && !a.Required():

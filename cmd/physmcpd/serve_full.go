@@ -110,6 +110,7 @@ func serveHTTP(ctx context.Context, cfg serveConfig, h *mcpserver.HTTPHandler, a
 	scheme := "http"
 	if cfg.access.tls() {
 		scheme = "https"
+		srv.TLSConfig = mcpserver.TLSConfig(acc)
 		go func() { done <- srv.ServeTLS(ln, cfg.access.tlsCert, cfg.access.tlsKey) }()
 	} else {
 		go func() { done <- srv.Serve(ln) }()

@@ -95,28 +95,41 @@ func (s *serveLogBuffer) String() string {
 	return s.b.String()
 }
 
-// TestServeHTTPShutsDownCleanly serves the example over HTTP on a free
-// loopback port, makes one call and cancels, as SIGTERM does.
-func TestServeHTTPShutsDownCleanly(t *testing.T) {
-	cfg, code := parseServe([]string{"--manifest", serveExampleManifest, "--policy", serveExamplePolicy, "--simulate", "--http", "127.0.0.1:0"}, io.Discard)
+// serveInBackground runs serve with args until the test ends or the returned
+// cancel is called, and returns the endpoint URL it logged, its log and its
+// exit code's channel.
+func serveInBackground(t *testing.T, args []string) (url string, cancel context.CancelFunc, log *serveLogBuffer, exit <-chan int) {
+	t.Helper()
+	cfg, code := parseServe(args, io.Discard)
 	if code >= 0 {
 		t.Fatalf("parse: exit %d", code)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stderr serveLogBuffer
-	exit := make(chan int, 1)
-	go func() { exit <- serve(ctx, cfg, strings.NewReader(""), io.Discard, &stderr) }()
-
-	listening := regexp.MustCompile(`url=(http://\S+)`)
-	var url string
+	log = &serveLogBuffer{}
+	done, stopped := make(chan int, 1), make(chan struct{})
+	go func() {
+		done <- serve(ctx, cfg, strings.NewReader(""), io.Discard, log)
+		close(stopped)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-stopped
+	})
+	listening := regexp.MustCompile(`url=(https?://\S+)`)
 	for deadline := time.Now().Add(10 * time.Second); url == ""; time.Sleep(10 * time.Millisecond) {
-		if m := listening.FindStringSubmatch(stderr.String()); m != nil {
+		if m := listening.FindStringSubmatch(log.String()); m != nil {
 			url = m[1]
 		} else if time.Now().After(deadline) {
-			t.Fatalf("server did not start: %s", stderr.String())
+			t.Fatalf("server did not start: %s", log.String())
 		}
 	}
+	return url, cancel, log, done
+}
+
+// TestServeHTTPShutsDownCleanly serves the example over HTTP on a free
+// loopback port, makes one call and cancels, as SIGTERM does.
+func TestServeHTTPShutsDownCleanly(t *testing.T) {
+	url, cancel, stderr, exit := serveInBackground(t, []string{"--manifest", serveExampleManifest, "--policy", serveExamplePolicy, "--simulate", "--http", "127.0.0.1:0"})
 	// Liveness needs no token.
 	health, err := http.Get(strings.TrimSuffix(url, mcpserver.EndpointPath) + mcpserver.HealthPath)
 	if err != nil {
