@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Debian's mosquitto for the MQTT audit sink test (audit/sink), which starts
+# Debian's mosquitto for the MQTT tests (audit/sink, telemetry through internal/mosquitto), which start
 # its own broker on a free port and restarts it. Idempotent.
 set -euo pipefail
 if [ ! -x /usr/sbin/mosquitto ]; then

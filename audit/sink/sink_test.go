@@ -3,28 +3,24 @@ package sink
 import (
 	"bufio"
 	"bytes"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"os/user"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/physmcp/physmcpd/audit"
-	"github.com/physmcp/physmcpd/internal/testenv"
+	"github.com/physmcp/physmcpd/internal/mosquitto"
 	"github.com/physmcp/physmcpd/manifest"
 )
 
@@ -291,28 +287,8 @@ func TestSyslogTCP(t *testing.T) {
 }
 
 func TestMQTTBrokerRestart(t *testing.T) {
-	broker, err := exec.LookPath("mosquitto")
-	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/mosquitto"); serr != nil {
-			testenv.Missing(t, "mosquitto is not installed: apt-get install -y mosquitto (.ci/setup.d/70-mosquitto.sh)")
-		}
-		broker = "/usr/sbin/mosquitto"
-	}
-	port := freePort(t)
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "mosquitto.conf")
-	me, err := user.Current()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// persistence keeps the test receiver's session (and the lines queued
-	// for it) across the restart, as a real receiver's broker would; user
-	// keeps mosquitto from switching to its own user, which cannot write here
-	if err := os.WriteFile(conf, fmt.Appendf(nil, "listener %d 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location %s/\nuser %s\nlog_type all\nlog_dest stdout\n", port, dir, me.Username), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	stop := startBroker(t, broker, conf, addr)
+	broker := mosquitto.Start(t)
+	addr := broker.Addr
 
 	var got received
 	subscribed := make(chan struct{}, 1)
@@ -340,54 +316,10 @@ func TestMQTTBrokerRestart(t *testing.T) {
 	tr.append(5)
 	got.waitAll(t, tr)
 
-	stop()
+	broker.Stop()
 	tr.append(5) // while the broker is down
 	time.Sleep(100 * time.Millisecond)
-	startBroker(t, broker, conf, addr)
+	broker.Restart()
 	tr.append(2)
 	got.waitAll(t, tr)
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// startBroker runs mosquitto until the test ends or stop is called (SIGTERM,
-// which saves its persistent sessions).
-func startBroker(t *testing.T, broker, conf, addr string) (stop func()) {
-	t.Helper()
-	var log bytes.Buffer
-	cmd := exec.Command(broker, "-c", conf)
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cmd.Process.Signal(syscall.SIGTERM)
-			cmd.Wait()
-			if t.Failed() {
-				t.Logf("mosquitto:\n%s", log.String())
-			}
-		})
-	}
-	t.Cleanup(stop)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return stop
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("mosquitto does not listen on %s", addr)
-			stop() // logs its output
-			t.FailNow()
-		}
-	}
 }
