@@ -122,6 +122,12 @@ type Sample struct {
 	// name, a sensor error code); Value is then nil. The engine reports it as
 	// quality degraded.
 	Flag string
+	// Stale, when not empty, says the value is the last good one of an
+	// adopted source whose own live read failed (why); quality stale.
+	Stale string
+	// Source names the device that measured the value when it is not this
+	// one (an adopted capability): the source's device_id.
+	Source string
 }
 
 // Point is a capability bound to its transport: typed reads and writes with the

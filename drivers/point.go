@@ -64,8 +64,14 @@ func BindWith(bus Bus, c *manifest.Capability, opt BindOptions) (Point, error) {
 			return nil, mismatch(c, bus, "gpio")
 		}
 		p, err = bindGPIO(base, gc, c.Binding.GPIO)
+	case c.Binding.Virtual != nil:
+		vb, ok := bus.(VirtualBus)
+		if !ok {
+			return nil, mismatch(c, bus, "mcp")
+		}
+		p, err = vb.BindVirtual(c, opt)
 	default:
-		return nil, fmt.Errorf("capability %s: binding has no i2c, gpio or modbus part", c.Name)
+		return nil, fmt.Errorf("capability %s: binding has no i2c, gpio, modbus or virtual part", c.Name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("capability %s on %s: %w", c.Name, base.desc, err)
@@ -449,7 +455,9 @@ func OpenAllWith(ctx context.Context, m *manifest.Manifest, real Openers, sim Op
 		b := m.Buses[name]
 		opener := real[b.Type]
 		switch {
-		case b.Simulated || simulateAll:
+		// An mcp bus is never simulated: its source is simulated or real
+		// by its own command line.
+		case b.Simulated || simulateAll && b.Type != manifest.BusMCP:
 			if sim == nil {
 				return fail(fmt.Errorf("bus %s: simulated, but no simulator was given", name))
 			}

@@ -146,8 +146,13 @@ func classify(err error) outcome {
 	if err == nil {
 		return answered // before ex, which errors.As puts on the heap
 	}
-	var ex *drivers.ModbusException
+	var (
+		ex       *drivers.ModbusException
+		declined *drivers.Declined
+	)
 	switch {
+	case errors.As(err, &declined):
+		return answered // an adopted source answered
 	case errors.As(err, &ex):
 		// A gateway that cannot reach its target (10, 11) is a dead device;
 		// any other exception is the device answering.

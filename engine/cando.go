@@ -244,7 +244,11 @@ func (e *Engine) CanDo(ctx context.Context, caller Caller, req promcp.CanDoReque
 		}
 		b := promcp.Blocked{
 			Capability: pt.tool, Source: e.deviceID(), Permission: d.permission, Reason: d.reason,
-			Confidence: m.confidence, MatchReasons: m.reasons,
+			Confidence: m.confidence, MatchReasons: m.reasons, AdoptedFrom: pt.adopted,
+		}
+		if pt.adopted != nil && d.permission == promcp.SourceUnreachable {
+			// PhysMCP's word for a lost device, as its blocked entries name it
+			b.Reason = "device_offline: " + b.Reason
 		}
 		if !d.clearsAt.IsZero() {
 			b.ClearsAt = promcp.Time(d.clearsAt)
@@ -366,6 +370,7 @@ func (e *Engine) candidate(ctx context.Context, pt *point, m match, d decision, 
 		SideEffects:  sideEffects(c),
 		DeviceID:     e.deviceID(),
 		MatchReasons: m.reasons,
+		AdoptedFrom:  pt.adopted,
 	}
 	if cand.Constraints.EnumValues == nil {
 		cand.Constraints.EnumValues = []string{}

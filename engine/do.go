@@ -140,7 +140,10 @@ func (e *Engine) write(ctx context.Context, pt *point, base Record, key string, 
 		return failed, OutcomeFailed
 	}
 
-	werr := e.transact(ctx, pt, func(ctx context.Context) error { return pt.drv.Write(ctx, d.value) })
+	// The key goes with the write: a point whose device is itself
+	// idempotent by key (an adopted do_*) passes it on, so a retry after a
+	// lost outcome cannot act twice there either.
+	werr := e.transact(drivers.WithIdempotencyKey(ctx, key), pt, func(ctx context.Context) error { return pt.drv.Write(ctx, d.value) })
 	if werr != nil && !inDoubt(werr) {
 		return e.notApplied(pt, base, key, d.value, prev, werr)
 	}

@@ -107,6 +107,7 @@ type point struct {
 
 	vocab     map[string]bool // semantic tags and the words of the name, for can_do
 	nameWords []string
+	adopted   *manifest.AdoptedFrom // where an adopted capability comes from; nil for a local one
 }
 
 // reading is one read as the engine keeps it.
@@ -118,6 +119,10 @@ type reading struct {
 	// unsynced: taken while the system clock was not synchronised, so at
 	// may be far off.
 	unsynced bool
+	// stale: an adopted source served its last good value (why).
+	stale string
+	// source: the device that measured it, when adopted from another.
+	source string
 }
 
 // New binds every capability of m to its bus in buses (keyed by bus name).
@@ -162,7 +167,7 @@ func New(m *manifest.Manifest, p *policy.Policy, buses map[string]drivers.Bus, o
 		if err != nil {
 			return nil, fmt.Errorf("capability %s: %w", c.ToolName(), err)
 		}
-		pt := &point{c: c, tool: c.ToolName(), drv: drv, busType: c.Binding.Type, location: locationKey(c), nameWords: words(c.Name)}
+		pt := &point{c: c, tool: c.ToolName(), drv: drv, busType: c.Binding.Type, location: locationKey(c), nameWords: words(c.Name), adopted: m.AdoptedFrom(c)}
 		pt.vocab = map[string]bool{}
 		for _, t := range c.SemanticTags {
 			pt.vocab[strings.ToLower(t)] = true
@@ -199,6 +204,11 @@ func locationKey(c *manifest.Capability) string {
 		return fmt.Sprintf("%s/gpio/#%d", b.Bus, b.GPIO.Offset)
 	case b.Modbus != nil:
 		return fmt.Sprintf("%s/modbus/%d/%s/%d", b.Bus, b.Modbus.Unit, b.Modbus.Table, b.Modbus.Address)
+	case b.Virtual != nil && c.Kind == manifest.KindDo:
+		// a do_ and the read_ of the same value at the source share a location
+		return fmt.Sprintf("%s/tool/%s", b.Bus, b.Virtual.ReadTool)
+	case b.Virtual != nil:
+		return fmt.Sprintf("%s/tool/%s", b.Bus, b.Virtual.Tool)
 	}
 	return b.Bus + "/" + c.ToolName()
 }

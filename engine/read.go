@@ -70,6 +70,7 @@ var defaultLatency = map[manifest.BusType]time.Duration{
 	manifest.BusGPIO:      100 * time.Microsecond,
 	manifest.BusModbusTCP: 5 * time.Millisecond,
 	manifest.BusModbusRTU: 20 * time.Millisecond,
+	manifest.BusMCP:       20 * time.Millisecond,
 }
 
 func (pt *point) estimatedLatency() time.Duration {
@@ -113,7 +114,7 @@ func (e *Engine) measure(ctx context.Context, pt *point) (*reading, error) {
 		}
 		// Points stamp samples with the engine's clock (BindWith), so cache
 		// ages, cooldowns and timestamps all come from one clock.
-		r = &reading{value: s.Value, at: s.At, stamp: promcp.Time(s.At), flag: s.Flag, unsynced: unsynced}
+		r = &reading{value: s.Value, at: s.At, stamp: promcp.Time(s.At), flag: s.Flag, unsynced: unsynced, stale: s.Stale, source: s.Source}
 		if r.flag == "" {
 			r.flag = implausible(pt.c, s.Value)
 		}
@@ -128,7 +129,7 @@ func (e *Engine) measure(ctx context.Context, pt *point) (*reading, error) {
 	pt.lastErr = nil
 	if pt.gen == gen {
 		pt.last = r
-		if r.flag == "" {
+		if r.flag == "" && r.stale == "" {
 			pt.lastGood = r
 		}
 	}
@@ -218,7 +219,7 @@ func (e *Engine) observe(ctx context.Context, pt *point) promcp.ReadResponse {
 	good := pt.lastGood
 	pt.mu.Unlock()
 	if good != nil && e.now().Sub(good.at) <= staleLimit(pt.c) {
-		resp.Value, resp.Timestamp, resp.Quality = good.value, good.stamp, promcp.QualityStale
+		resp.Value, resp.Timestamp, resp.Quality, resp.Source = good.value, good.stamp, promcp.QualityStale, good.source
 		resp.Detail = fmt.Sprintf("live read failed (%v); serving the last good value", err)
 		flagClock(&resp, good)
 		return resp
@@ -231,9 +232,12 @@ func (e *Engine) observe(ctx context.Context, pt *point) promcp.ReadResponse {
 // answer is the response that serves the successful reading r of pt.
 func (e *Engine) answer(pt *point, r *reading) promcp.ReadResponse {
 	resp := promcp.ReadResponse{Unit: unitOf(pt.c), DeviceID: e.deviceID()}
-	resp.Value, resp.Timestamp, resp.Quality = r.value, r.stamp, promcp.QualityGood
-	if r.flag != "" {
+	resp.Value, resp.Timestamp, resp.Quality, resp.Source = r.value, r.stamp, promcp.QualityGood, r.source
+	switch {
+	case r.flag != "":
 		resp.Quality, resp.Detail = promcp.QualityDegraded, r.flag
+	case r.stale != "":
+		resp.Quality, resp.Detail = promcp.QualityStale, r.stale
 	}
 	flagClock(&resp, r)
 	return resp

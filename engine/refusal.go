@@ -31,6 +31,10 @@ func failurePermission(err error) promcp.Permission {
 	if _, ok := deviceRefusal(err); ok {
 		return promcp.DeviceRejected
 	}
+	// An adopted source's own checks refused: its permission stands.
+	if d := (*drivers.Declined)(nil); errors.As(err, &d) && d.Permission != "" {
+		return promcp.Permission(d.Permission)
+	}
 	return promcp.SourceUnreachable
 }
 

@@ -71,6 +71,8 @@ const (
 	kindI2C    bindingKind = "i2c"
 	kindGPIO   bindingKind = "gpio"
 	kindModbus bindingKind = "modbus"
+	// kindVirtual: PhysMCP's binding type for an adopted capability.
+	kindVirtual bindingKind = "virtual"
 )
 
 func kindOf(t BusType) bindingKind {
@@ -81,6 +83,8 @@ func kindOf(t BusType) bindingKind {
 		return kindGPIO
 	case BusModbusTCP, BusModbusRTU:
 		return kindModbus
+	case BusMCP:
+		return kindVirtual
 	}
 	return ""
 }
@@ -257,9 +261,9 @@ func (b *Binding) resolve(d *strictyaml.Decoder, path string, bus *Bus, c *Capab
 	}
 	kind := kindOf(bus.Type)
 	if b.Type != "" {
-		if written := BusType(b.Type); kindOf(written) == "" && written != "modbus" {
-			d.ErrorAt(b.At.Of("type"), path+".type", "unknown binding type %q; expected i2c, gpio or modbus", written)
-		} else if written != bus.Type && !(written == "modbus" && kind == kindModbus) {
+		if written := BusType(b.Type); kindOf(written) == "" && written != "modbus" && written != "virtual" {
+			d.ErrorAt(b.At.Of("type"), path+".type", "unknown binding type %q; expected i2c, gpio, modbus or virtual", written)
+		} else if written != bus.Type && !(written == "modbus" && kind == kindModbus) && !(written == "virtual" && kind == kindVirtual) {
 			d.ErrorAt(b.At.Of("type"), path+".type", "binding type %q does not match bus %q, which is %s", written, bus.Name, bus.Type)
 		}
 	}
@@ -285,6 +289,8 @@ func (b *Binding) resolve(d *strictyaml.Decoder, path string, bus *Bus, c *Capab
 		if len(d.Diags.Errors()) == errs {
 			b.Modbus = k.check(d, path, c, bus)
 		}
+	case kindVirtual:
+		b.resolveVirtual(d, path, c)
 	}
 }
 

@@ -17,7 +17,7 @@ type busCommon struct {
 }
 
 // busTypes are the bus types in the order messages list them.
-var busTypes = []BusType{BusI2C, BusGPIO, BusModbusTCP, BusModbusRTU}
+var busTypes = []BusType{BusI2C, BusGPIO, BusModbusTCP, BusModbusRTU, BusMCP}
 
 // SetKey gives a bus the name it has in the buses section.
 func (b *Bus) SetKey(key string) { b.Name = key }
@@ -52,6 +52,9 @@ func (b *Bus) UnmarshalStrict(d *strictyaml.Decoder, n *yaml.Node, path string) 
 	case BusModbusRTU:
 		b.ModbusRTU = &ModbusRTUBus{}
 		kind = b.ModbusRTU
+	case BusMCP:
+		b.MCP = &MCPBus{}
+		kind = b.MCP
 	case "":
 		return // missing type: already reported
 	default:

@@ -31,6 +31,7 @@ type Bus struct {
 	GPIO      *GPIOBus
 	ModbusTCP *ModbusTCPBus
 	ModbusRTU *ModbusRTUBus
+	MCP       *MCPBus
 
 	At Positions
 }
@@ -177,6 +178,8 @@ type Binding struct {
 	I2C    *I2CBinding
 	GPIO   *GPIOBinding
 	Modbus *ModbusBinding
+	// Virtual is an adopted capability (an mcp bus).
+	Virtual *VirtualBinding
 
 	At Positions
 

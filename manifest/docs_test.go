@@ -17,7 +17,7 @@ func decoderKeys() (docs, schema map[string][]string) {
 	known := strictyaml.Known
 	docs = map[string][]string{}
 	for _, v := range []any{Manifest{}, Device{}, Location{}, Coordinates{}, Network{}, Protocol{}, Mesh{}, Audit{}, RemoteSink{}, SafeState{},
-		BusSim{}, I2CBus{}, GPIOBus{}, ModbusTCPBus{}, ModbusRTUBus{}, RS485{}, RS485Line{}, Capability{}, Range{}, PointSim{}, Waveform{}, Interlock{}} {
+		BusSim{}, I2CBus{}, GPIOBus{}, ModbusTCPBus{}, ModbusRTUBus{}, MCPBus{}, Adopt{}, RS485{}, RS485Line{}, Capability{}, Range{}, PointSim{}, Waveform{}, Interlock{}} {
 		t := reflect.TypeOf(v)
 		docs[t.Name()] = known(t)
 	}
@@ -28,6 +28,7 @@ func decoderKeys() (docs, schema map[string][]string) {
 	docs["I2CBinding"] = known(bindingKeyTypes[kindI2C])
 	docs["GPIOBinding"] = known(bindingKeyTypes[kindGPIO])
 	docs["ModbusBinding"] = known(bindingKeyTypes[kindModbus])
+	docs["VirtualBinding"] = known(reflect.TypeFor[VirtualBinding]())
 
 	schema = map[string][]string{}
 	for name, k := range docs {
@@ -37,12 +38,14 @@ func decoderKeys() (docs, schema map[string][]string) {
 	delete(schema, "Manifest")
 	delete(schema, "Bus")
 	delete(schema, "Binding")
-	for _, name := range []string{"I2CBus", "GPIOBus", "ModbusTCPBus", "ModbusRTUBus"} {
+	for _, name := range []string{"I2CBus", "GPIOBus", "ModbusTCPBus", "ModbusRTUBus", "MCPBus"} {
 		schema[name] = slices.Concat(busCommonKeys, docs[name])
 	}
 	for _, name := range []string{"I2CBinding", "GPIOBinding", "ModbusBinding"} {
 		schema[name] = slices.Concat(bindingCommonKeys, docs[name])
 	}
+	// a virtual binding has no short address
+	schema["VirtualBinding"] = slices.Concat(known(reflect.TypeFor[bindingCommon]()), docs["VirtualBinding"])
 	for name, k := range docs {
 		docs[name] = sorted(k)
 	}

@@ -221,7 +221,7 @@ var manifestEdits = []edit{
 	{name: "yes is not a bool", base: greenhouse, old: "      active_low: true", new: "      active_low: yes", at: "yes", msg: "expected true or false"},
 	{name: "two documents", base: greenhouse, new: "---\nphysmcp_version: \"0.1\"\n", at: "---", msg: "more than one YAML document"},
 	{name: "unsupported version", base: greenhouse, old: `physmcp_version: "0.1"`, new: `physmcp_version: "2.0"`, at: `"2.0"`, msg: "unsupported version"},
-	{name: "bad profile", base: greenhouse, old: "audit:", new: "profile: tiny\naudit:", at: "tiny", msg: "must be full or lite"},
+	{name: "bad profile", base: greenhouse, old: "audit:", new: "profile: tiny\naudit:", at: "tiny", msg: "must be full, lite, proxy or aggregator"},
 	{name: "remote sink type", base: greenhouse, old: "  retention_days: 30", new: "  retention_days: 30\n  remote_sink: {type: kafka, address: \"kafka://h:9092\"}", at: "kafka,", msg: `audit.remote_sink.type: type must be syslog, http or mqtt, got "kafka"`},
 	{name: "remote sink scheme", base: greenhouse, old: "  retention_days: 30", new: "  retention_days: 30\n  remote_sink: {type: syslog, address: \"ftp://h:514\"}", at: "\"ftp:", msg: "a syslog sink's scheme is one of syslog+tcp, syslog+udp"},
 	{name: "remote sink mqtt topic", base: greenhouse, old: "  retention_days: 30", new: "  retention_days: 30\n  remote_sink: {type: mqtt, address: \"mqtt://broker:1883\"}", at: "\"mqtt:", msg: "names no topic"},

@@ -65,16 +65,16 @@ func (v *validator) run() {
 		v.network(m.Network)
 	}
 	switch m.Profile {
-	case "", "full", "lite":
+	case "", "full", "lite", "proxy", "aggregator":
 	default:
-		v.errorf(m.At.Of("profile"), "profile", "must be full or lite, got %q", m.Profile)
+		v.errorf(m.At.Of("profile"), "profile", "must be full, lite, proxy or aggregator, got %q", m.Profile)
 	}
 	v.usedBus = map[string]bool{}
 	v.dirLines = map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(m.Buses)) {
 		v.bus(m.Buses[name])
 	}
-	if m.At.Has("capabilities") && len(m.Capabilities) == 0 {
+	if m.At.Has("capabilities") && len(m.Capabilities) == 0 && !m.Adopts() {
 		v.errorf(m.At.Of("capabilities"), "capabilities", "the device declares no capabilities")
 	}
 	v.capabilities()
@@ -233,6 +233,8 @@ func (v *validator) bus(b *Bus) {
 		v.maxGap(k.At, path, &k.MaxGap)
 	case b.ModbusRTU != nil:
 		v.rtu(b, b.ModbusRTU, path)
+	case b.MCP != nil:
+		v.mcpBus(b, path)
 	}
 }
 

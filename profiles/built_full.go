@@ -2,4 +2,4 @@
 
 package profiles
 
-var built = []Profile{Full, Lite}
+var built = []Profile{Full, Lite, Proxy, Aggregator}

@@ -19,7 +19,7 @@ func TestResolveOrder(t *testing.T) {
 			t.Errorf("flag %q manifest %q: got %q, %v; want %q", tc.flag, tc.manifest, p.Name, err, tc.want)
 		}
 	}
-	if _, err := Resolve("tiny", nil); err == nil || !strings.Contains(err.Error(), `unknown profile "tiny": want full or lite`) {
+	if _, err := Resolve("tiny", nil); err == nil || !strings.Contains(err.Error(), `unknown profile "tiny": want full, lite, proxy or aggregator`) {
 		t.Errorf("unknown profile: %v", err)
 	}
 }

@@ -82,6 +82,28 @@ var Lite = Profile{
 	MaxProcs:        1,
 }
 
+// Proxy is a Full node that also adopts other devices' capabilities (mcp
+// buses: a Lite node on a serial line, any MCP server on stdio or HTTP) and
+// serves them as its own, under its own policy, cooldowns and audit.
+var Proxy = Profile{
+	Name:       "proxy",
+	Summary:    "full, with capabilities adopted from other MCP servers (a Lite node on a serial line, stdio or HTTP)",
+	DoTools:    true,
+	Transports: []Transport{Stdio, Serial, HTTP},
+	DiskWrites: true,
+}
+
+// Aggregator is one HTTP endpoint for a site: it adopts every tool of a
+// list of devices and serves them in groups (/mcp/<group>), with one can_do
+// over all of them and do_* routed to the owning device.
+var Aggregator = Profile{
+	Name:       "aggregator",
+	Summary:    "one streamable HTTP endpoint per group for a whole site's devices, adopted over MCP; site-wide can_do",
+	DoTools:    true,
+	Transports: []Transport{HTTP},
+	DiskWrites: true,
+}
+
 // All lists the profiles this binary serves, the default first: Full and
 // Lite, or Lite alone in the Lite build (-tags lite), which has no HTTP
 // server, authentication or disk state to serve Full with.
@@ -106,7 +128,10 @@ func names() string {
 	for _, p := range All() {
 		n = append(n, p.Name)
 	}
-	return strings.Join(n, " or ")
+	if len(n) < 2 {
+		return strings.Join(n, "")
+	}
+	return strings.Join(n[:len(n)-1], ", ") + " or " + n[len(n)-1]
 }
 
 // Resolve picks the profile: the command line's choice when given, else the

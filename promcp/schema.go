@@ -37,6 +37,7 @@ func ReadOutputSchema(c *manifest.Capability) Schema {
 			"description": "good: fresh and reliable; stale: older than its cache TTL, nothing fresher available; degraded: the source answers but the value is implausible; error: no usable value."},
 		"device_id": Schema{"type": "string", "description": "The device that measured the value (PhysMCP extension)."},
 		"detail":    Schema{"type": "string", "description": "Why quality is not good (PhysMCP extension)."},
+		"source":    Schema{"type": "string", "description": "The device that measured the value, when this one adopts it from another (PhysMCP proxy)."},
 	}, "value", "unit", "timestamp", "quality")
 }
 
@@ -151,6 +152,7 @@ func CanDoOutputSchema() Schema {
 		"estimated_latency_ms": Schema{"type": "integer", "minimum": 0},
 		"device_id":            Schema{"type": "string"},
 		"match_reasons":        stringArray("Why the capability matched."),
+		"adopted_from":         adoptedFromSchema,
 	}, "capability", "source", "confidence", "permission", "current_state", "constraints", "side_effects", "valid_until", "estimated_latency_ms")
 	blocked := object(Schema{
 		"capability":    Schema{"type": "string"},
@@ -161,6 +163,7 @@ func CanDoOutputSchema() Schema {
 		"clears_at":     timestampSchema("When the block is expected to clear."),
 		"confidence":    Schema{"type": "number", "minimum": 0, "maximum": 1},
 		"match_reasons": stringArray("Why the capability matched."),
+		"adopted_from":  adoptedFromSchema,
 	}, "capability", "source", "permission", "reason", "details")
 	unroutable := object(Schema{
 		"outcome": Schema{"type": "string", "const": OutcomeUnroutable},
@@ -259,6 +262,12 @@ func RangeText(r *manifest.Range, unit string) string {
 
 // Number writes a float the shortest way that reads back exactly (21, 21.5).
 func Number(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// adoptedFromSchema is PhysMCP's adopted_from of a proxy's capability.
+var adoptedFromSchema = object(Schema{
+	"source_address":  Schema{"type": "string", "description": "The serial line, command or URL of the source."},
+	"source_protocol": Schema{"type": "string", "enum": []any{manifest.SourceSerial, manifest.SourceStdio, manifest.SourceHTTP}},
+}, "source_address", "source_protocol")
 
 func object(props Schema, required ...string) Schema {
 	s := Schema{"type": "object", "properties": props}

@@ -3,7 +3,11 @@
 // and CapabilityReports, and the permission enum. It knows nothing of buses or MCP.
 package promcp
 
-import "time"
+import (
+	"time"
+
+	"github.com/physmcp/physmcpd/manifest"
+)
 
 // BaseVersion is the proMCP version this server implements (declared as promcp_base).
 const BaseVersion = "0.2.0"
@@ -75,6 +79,9 @@ type ReadResponse struct {
 	// Extensions (PhysMCP): the device and, when quality is not good, why.
 	DeviceID string `json:"device_id,omitempty"`
 	Detail   string `json:"detail,omitempty"`
+	// Source names the device that measured the value when it is adopted
+	// from another one (a proxy's virtual capability).
+	Source string `json:"source,omitempty"`
 }
 
 // DoRequest is the input of every do_*.
@@ -158,6 +165,8 @@ type Candidate struct {
 	// Extensions (PhysMCP).
 	DeviceID     string   `json:"device_id,omitempty"`
 	MatchReasons []string `json:"match_reasons,omitempty"`
+	// AdoptedFrom is where an adopted capability comes from (PhysMCP proxy).
+	AdoptedFrom *manifest.AdoptedFrom `json:"adopted_from,omitempty"`
 }
 
 // Blocked is a capability that matched but cannot act now.
@@ -171,6 +180,8 @@ type Blocked struct {
 	ClearsAt     string   `json:"clears_at,omitempty"`
 	Confidence   float64  `json:"confidence,omitempty"`
 	MatchReasons []string `json:"match_reasons,omitempty"`
+	// AdoptedFrom is where an adopted capability comes from (PhysMCP proxy).
+	AdoptedFrom *manifest.AdoptedFrom `json:"adopted_from,omitempty"`
 }
 
 // OutcomeUnroutable is the outcome of every unroutable entry; Reason says why.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync/atomic"
 
 	"github.com/physmcp/physmcpd/drivers"
@@ -19,13 +20,23 @@ import (
 // realOpeners are the bus drivers compiled into this binary, by bus type.
 // A bus type missing here can only be served simulated.
 func realOpeners() drivers.Openers {
-	return drivers.Openers{
+	o := drivers.Openers{
 		manifest.BusI2C:       i2c.Open,
 		manifest.BusGPIO:      gpio.Open,
 		manifest.BusModbusTCP: modbus.OpenTCP,
 		manifest.BusModbusRTU: modbus.OpenRTU,
 	}
+	maps.Copy(o, buildOpeners)
+	return o
 }
+
+// buildOpeners are the drivers only one build has (adopt.go: mcp buses in
+// the Full build).
+var buildOpeners = drivers.Openers{}
+
+// expandAdopted adds the capabilities that mcp buses adopt wholesale, once
+// their buses are open (nil in a build without mcp buses).
+var expandAdopted func(context.Context, *manifest.Manifest, map[string]drivers.Bus, *slog.Logger) error
 
 // openEngine opens every bus of m (all simulated when simulate is set) and
 // binds the engine to them with opts (its Logger is set to logger). Every
@@ -62,6 +73,14 @@ func startEngine(ctx context.Context, m *manifest.Manifest, p *policy.Policy, bo
 	})
 	if err != nil {
 		return nil, err
+	}
+	if m.Adopts() && expandAdopted != nil {
+		if err := expandAdopted(ctx, m, buses, logger); err != nil {
+			for _, b := range buses {
+				b.Close()
+			}
+			return nil, err
+		}
 	}
 	opts.Logger = logger
 	e, err := engine.New(m, p, buses, opts)

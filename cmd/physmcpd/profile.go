@@ -31,7 +31,10 @@ func applyProfile(cfg serveConfig, m *manifest.Manifest, logger *slog.Logger) (p
 		return prof, nil, fmt.Errorf("--profile: %w", err)
 	}
 	if err := prof.CheckTransport(cfg.transport()); err != nil {
-		return prof, nil, fmt.Errorf("%w; the lite profile has no HTTP server: use --stdio or --serial, or --profile full", err)
+		if prof.Name == profiles.Lite.Name {
+			return prof, nil, fmt.Errorf("%w; the lite profile has no HTTP server: use --stdio or --serial, or --profile full", err)
+		}
+		return prof, nil, fmt.Errorf("%w: serve it with --http ADDR", err)
 	}
 	served, hidden, err := prof.Apply(m)
 	if err != nil {

@@ -65,7 +65,7 @@ func TestLiteRefusesHTTP(t *testing.T) {
 func TestUnknownProfile(t *testing.T) {
 	var stderr bytes.Buffer
 	code := run([]string{"serve", "--manifest", serveExampleManifest, "--simulate", "--profile", "tiny"}, io.Discard, &stderr)
-	if code != 2 || !strings.Contains(stderr.String(), `--profile: unknown profile "tiny": want full or lite`) {
+	if code != 2 || !strings.Contains(stderr.String(), `--profile: unknown profile "tiny": want full, lite, proxy or aggregator`) {
 		t.Errorf("exit %d, stderr %q", code, stderr.String())
 	}
 }

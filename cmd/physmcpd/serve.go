@@ -30,7 +30,7 @@ type serveConfig struct {
 	httpAddr         string
 	allowRemote      bool
 	logLevel         slog.Level
-	profile          string // full or lite; empty: the manifest's, else full
+	profile          string // full, lite, proxy or aggregator; empty: the manifest's, else full
 	serialPort       string
 	baud             int
 	group            string // the manifest group to serve; HTTP without it serves every group
@@ -65,7 +65,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int) {
 	fs.BoolVar(&cfg.simulate, "simulate", false, "serve every bus from its simulator instead of the hardware")
 	fs.BoolVar(&cfg.stdio, "stdio", false, "serve MCP on stdin/stdout (the default)")
 	addBuildFlags(fs, &cfg)
-	fs.StringVar(&cfg.profile, "profile", "", "full or lite (default: the manifest's profile, else "+profiles.All()[0].Name+"); lite serves read_* and can_do only")
+	fs.StringVar(&cfg.profile, "profile", "", "full, lite, proxy or aggregator (default: the manifest's profile, else "+profiles.All()[0].Name+"); lite serves read_* and can_do only; proxy and aggregator adopt other devices' tools (docs/profiles.md)")
 	fs.StringVar(&cfg.serialPort, "serial", "", "serve newline-delimited JSON-RPC on the serial line PORT (e.g. /dev/ttyS0), 8N1")
 	fs.IntVar(&cfg.baud, "baud", 115200, "baud rate for --serial")
 	fs.StringVar(&cfg.group, "group", "", "serve only this manifest group's endpoint (stdio and --serial serve one endpoint: the ungrouped capabilities unless given)")

@@ -21,7 +21,7 @@ import (
 // of the transports.
 const serveTransports = "stdio, a serial line or streamable HTTP"
 
-const serveUsage = "[--profile full|lite] [--stdio | --serial PORT [--baud N] | --http ADDR [--allow-remote]] [--state-dir DIR]"
+const serveUsage = "[--profile full|lite|proxy|aggregator] [--stdio | --serial PORT [--baud N] | --http ADDR [--allow-remote]] [--state-dir DIR]"
 
 // addBuildFlags are serve's flags for what only the Full build has: HTTP,
 // its access rules, and the state directory.

@@ -27,9 +27,9 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	manifestPath := fs.String("manifest", "", "the device manifest (physmcp.manifest.yml); required")
 	policyPath := fs.String("policy", "", "the policy (physmcp.policy.yml); optional")
-	profileName := fs.String("profile", "", "check for this profile (full or lite; default: the manifest's)")
+	profileName := fs.String("profile", "", "check for this profile (full, lite, proxy or aggregator; default: the manifest's)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: physmcpd validate --manifest FILE [--policy FILE] [--profile full|lite]")
+		fmt.Fprintln(stderr, "usage: physmcpd validate --manifest FILE [--policy FILE] [--profile NAME]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

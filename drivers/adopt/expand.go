@@ -1,0 +1,213 @@
+package adopt
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/physmcp/physmcpd/drivers"
+	"github.com/physmcp/physmcpd/manifest"
+)
+
+// expandRetry is the wait between attempts to list a source's tools at start-up.
+const expandRetry = time.Second
+
+// Expand adds to m a capability for each tool that an mcp bus's adopt
+// section takes from its source, listing the source's tools through the
+// opened buses. It waits for each source until it answers or ctx ends.
+func Expand(ctx context.Context, m *manifest.Manifest, buses map[string]drivers.Bus, logger *slog.Logger) error {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	taken := map[string]bool{}
+	for _, c := range m.Capabilities {
+		taken[c.ToolName()] = true
+	}
+	names := make([]string, 0, len(m.Buses))
+	for name, b := range m.Buses {
+		if b.MCP != nil && b.MCP.Adopt != nil {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		bus, ok := buses[name].(*Bus)
+		if !ok {
+			return fmt.Errorf("bus %s: not an mcp bus", name)
+		}
+		tools, err := bus.listTools(ctx, logger)
+		if err != nil {
+			return fmt.Errorf("bus %s: adopt: %w", name, err)
+		}
+		caps := Adopted(name, m.Buses[name].MCP.Adopt, tools, logger)
+		var added []string
+		for _, c := range caps {
+			if taken[c.ToolName()] {
+				return fmt.Errorf("bus %s: adopt: %s is already a tool of this device; give the bus an adopt prefix", name, c.ToolName())
+			}
+			taken[c.ToolName()] = true
+			added = append(added, c.ToolName())
+		}
+		m.Capabilities = append(m.Capabilities, caps...)
+		logger.Info("adopted", "bus", name, "source", bus.Describe(), "tools", strings.Join(added, " "))
+	}
+	return nil
+}
+
+// listTools waits for the source and lists its tools.
+func (b *Bus) listTools(ctx context.Context, logger *slog.Logger) ([]mcp.Tool, error) {
+	var last string
+	for {
+		tools, err := b.tools(ctx)
+		if err == nil {
+			return tools, nil
+		}
+		if err.Error() != last {
+			logger.Warn("waiting for an adopted source to list its tools", "bus", b.name, "source", b.Describe(), "err", err)
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the source never answered: %v", err)
+		case <-time.After(expandRetry):
+		}
+	}
+}
+
+func (b *Bus) tools(ctx context.Context) ([]mcp.Tool, error) {
+	c, err := b.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.ListTools(ctx, mcp.ListToolsRequest{})
+	if err != nil {
+		b.drop(c, err)
+		return nil, err
+	}
+	return res.Tools, nil
+}
+
+// Adopted turns a source's tools into capabilities of this device as adopt
+// says: named prefix + the source's name, described by the first sentence
+// of the source's description, typed and bounded by its schemas, tagged
+// with adopt's tags and the words of the name. A do_ tool is taken only
+// with the source's read_ of the same name, which reads it back; adopted
+// do_ tools need at least role operator here, whatever the source asks.
+func Adopted(bus string, a *manifest.Adopt, tools []mcp.Tool, logger *slog.Logger) []*manifest.Capability {
+	reads := map[string]bool{}
+	for _, t := range tools {
+		if strings.HasPrefix(t.Name, "read_") {
+			reads[t.Name] = true
+		}
+	}
+	var caps []*manifest.Capability
+	for _, t := range tools {
+		kind, name, ok := strings.Cut(t.Name, "_")
+		if !ok || (kind != "read" && kind != "do") || (kind == "do" && a.Tools != manifest.AdoptAll) {
+			continue
+		}
+		c := &manifest.Capability{
+			Name:         a.Prefix + name,
+			Kind:         manifest.Kind(kind),
+			Description:  firstSentence(t.Description),
+			SemanticTags: tags(a.SemanticTags, name),
+			CacheTTLMs:   a.CacheTTLMs,
+			TimeoutMs:    a.TimeoutMs,
+			Group:        a.Group,
+			Binding:      manifest.Binding{Bus: bus, Type: manifest.BusMCP, Virtual: &manifest.VirtualBinding{Tool: t.Name}},
+		}
+		schema := t.OutputSchema.Properties
+		if kind == "do" {
+			if !reads["read_"+name] {
+				logger.Warn("not adopted: a do_ tool needs the source's read_ of the same name to read it back", "bus", bus, "tool", t.Name)
+				continue
+			}
+			c.Binding.Virtual.ReadTool = "read_" + name
+			c.RequiresPermission = manifest.RoleOperator
+			schema = t.InputSchema.Properties
+		}
+		typeFrom(c, schema)
+		caps = append(caps, c)
+	}
+	return caps
+}
+
+// typeFrom sets the data type, unit, enum values and range from a tool's
+// schema properties (the value, and a read's unit).
+func typeFrom(c *manifest.Capability, props map[string]any) {
+	var value struct {
+		Type    any      `json:"type"`
+		Enum    []any    `json:"enum"`
+		Minimum *float64 `json:"minimum"`
+		Maximum *float64 `json:"maximum"`
+	}
+	var unit struct {
+		Const string `json:"const"`
+	}
+	remarshal(props["value"], &value)
+	remarshal(props["unit"], &unit)
+	types := []string{}
+	switch t := value.Type.(type) {
+	case string:
+		types = append(types, t)
+	case []any:
+		for _, x := range t {
+			if s, ok := x.(string); ok {
+				types = append(types, s)
+			}
+		}
+	}
+	switch {
+	case slices.Contains(types, "integer"):
+		c.DataType = manifest.TypeInt
+	case slices.Contains(types, "number"):
+		c.DataType = manifest.TypeFloat
+	case slices.Contains(types, "boolean"):
+		c.DataType = manifest.TypeBool
+	case len(value.Enum) > 0:
+		c.DataType = manifest.TypeEnum
+		for _, v := range value.Enum {
+			if s, ok := v.(string); ok {
+				c.EnumValues = append(c.EnumValues, s)
+			}
+		}
+	default:
+		c.DataType = manifest.TypeString
+	}
+	c.Unit = unit.Const
+	if value.Minimum != nil || value.Maximum != nil {
+		c.Range = &manifest.Range{Min: value.Minimum, Max: value.Maximum}
+	}
+}
+
+func remarshal(in, out any) {
+	if in == nil {
+		return
+	}
+	if b, err := json.Marshal(in); err == nil {
+		_ = json.Unmarshal(b, out)
+	}
+}
+
+func firstSentence(s string) string {
+	if i := strings.Index(s, ". "); i >= 0 {
+		return s[:i+1]
+	}
+	return strings.TrimSpace(s)
+}
+
+func tags(extra []string, name string) []string {
+	out := slices.Clone(extra)
+	for _, w := range strings.Split(name, "_") {
+		if w != "" && !slices.Contains(out, w) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
