@@ -27,11 +27,29 @@ const (
 	ToolRead  ToolKind = "read"
 	ToolDo    ToolKind = "do"
 	ToolCanDo ToolKind = "can_do"
+	// Operations (docs/roadmap.md): start_*, read_status_*, do_cancel_* of
+	// a start operation, and the do_* of a sequence.
+	ToolStart    ToolKind = "start"
+	ToolStatus   ToolKind = "read_status"
+	ToolCancel   ToolKind = "do_cancel"
+	ToolSequence ToolKind = "do_sequence"
 )
 
 // Tool is one tool the engine serves.
 type Tool struct {
 	Name       string
 	Kind       ToolKind
-	Capability *manifest.Capability // nil for can_do
+	Capability *manifest.Capability // nil for can_do and operations
+	Operation  *manifest.Operation  // for the operation kinds
+}
+
+// Group is the manifest group of the tool's capability or operation ("" for can_do).
+func (t Tool) Group() string {
+	switch {
+	case t.Capability != nil:
+		return t.Capability.Group
+	case t.Operation != nil:
+		return t.Operation.Group
+	}
+	return ""
 }

@@ -46,6 +46,15 @@ func (e *Engine) Do(ctx context.Context, caller Caller, tool string, req promcp.
 		return promcp.DoResponse{}, err
 	}
 	e.touch()
+	return e.do(ctx, caller, pt, req, nil), nil
+}
+
+// do is Do for a point, on behalf of the operation by (nil for a do_* call):
+// an operation's writes are ordinary writes, except that they may write the
+// point it drives, and do not re-arm the dead man (an agent that went away
+// while a ramp runs must still be caught).
+func (e *Engine) do(ctx context.Context, caller Caller, pt *point, req promcp.DoRequest, by *runningOp) (resp promcp.DoResponse) {
+	tool := pt.tool
 	outcome, at, began := "", e.now(), time.Now()
 	defer func() { e.auditDo(caller, pt, req, resp, outcome, at, time.Since(began)) }()
 	key := req.IdempotencyKey
@@ -54,7 +63,10 @@ func (e *Engine) Do(ctx context.Context, caller Caller, tool string, req promcp.
 	}
 	value, perm, verr := validate(pt.c, req.Value)
 	if verr != nil {
-		return e.refuse(pt, key, perm, verr.Error()), nil
+		return e.refuse(pt, key, perm, verr.Error())
+	}
+	if why := e.ops.excludes(pt, key, by); why != "" {
+		return e.refuse(pt, key, promcp.PolicyDenied, why)
 	}
 
 	fp := fingerprint(tool, value)
@@ -64,16 +76,16 @@ func (e *Engine) Do(ctx context.Context, caller Caller, tool string, req promcp.
 	if rec, ok := e.idem.Load(key); ok {
 		switch {
 		case rec.Fingerprint != fp:
-			return e.refuse(pt, key, "", fmt.Sprintf("idempotency_key %q was already used for a different request; use a new key for a new action", key)), nil
+			return e.refuse(pt, key, "", fmt.Sprintf("idempotency_key %q was already used for a different request; use a new key for a new action", key))
 		case rec.InDoubt:
 			if resp, outcome = e.settleLocked(ctx, pt, key, rec); outcome != "" {
-				return resp, nil
+				return resp
 			}
 			doubt = &rec
 		case !rec.retryable():
 			e.log.Info("do replayed", "tool", tool, "key", key)
 			outcome = OutcomeReplayed
-			return rec.Response, nil
+			return rec.Response
 		}
 	}
 
@@ -83,7 +95,7 @@ func (e *Engine) Do(ctx context.Context, caller Caller, tool string, req promcp.
 	}
 	if d.permission != promcp.Allowed {
 		e.log.Info("do refused", "tool", tool, "key", key, "permission", d.permission, "reason", d.reason, "caller", caller.Identity)
-		return e.refuse(pt, key, d.permission, d.reason), nil
+		return e.refuse(pt, key, d.permission, d.reason)
 	}
 	// Writes to one register or line (and to the sources of its interlocks)
 	// take turns from here to the charge, and check the limits again in turn:
@@ -93,31 +105,31 @@ func (e *Engine) Do(ctx context.Context, caller Caller, tool string, req promcp.
 		// A write may have come between settling and taking the turn.
 		if later, laterTool, ok := pt.site.after(doubt.Seq); ok {
 			outcome = OutcomeSuperseded
-			return e.superseded(pt, key, *doubt, later, laterTool), nil
+			return e.superseded(pt, key, *doubt, later, laterTool)
 		}
 	}
 	if l := e.limits(pt); l.permission != promcp.Allowed {
 		if doubt != nil {
 			l.reason += "; the earlier attempt with this key was not applied (the device does not show its value), and writing it now counts as a new write"
 		}
-		return e.refuse(pt, key, l.permission, l.reason), nil
+		return e.refuse(pt, key, l.permission, l.reason)
 	}
 
 	prev, err := e.readFresh(ctx, pt)
 	if err != nil {
-		return e.refuse(pt, key, failurePermission(err), fmt.Sprintf("could not read the current value, so nothing was written: %v", err)), nil
+		return e.refuse(pt, key, failurePermission(err), fmt.Sprintf("could not read the current value, so nothing was written: %v", err))
 	}
 	if d.approvedPrevious != nil && !sameValue(pt, prev.value, d.approvedPrevious) {
 		e.log.Info("do refused: the value moved since approval", "tool", tool, "key", key, "shown", d.approvedPrevious, "now", prev.value, "caller", caller.Identity)
 		u := unitSuffix(pt.c)
-		return e.refuse(pt, key, promcp.RequiresHumanApproval, fmt.Sprintf("the device value moved from %v%s to %v%s since the approval was shown; nothing was written", d.approvedPrevious, u, prev.value, u)), nil
+		return e.refuse(pt, key, promcp.RequiresHumanApproval, fmt.Sprintf("the device value moved from %v%s to %v%s since the approval was shown; nothing was written", d.approvedPrevious, u, prev.value, u))
 	}
 	if il := e.interlocks(ctx, pt, d.value, true); il.permission != promcp.Allowed {
 		e.log.Info("do refused by an interlock", "tool", tool, "key", key, "permission", il.permission, "reason", il.reason, "caller", caller.Identity)
-		return e.refuse(pt, key, il.permission, il.reason), nil
+		return e.refuse(pt, key, il.permission, il.reason)
 	}
 	resp, outcome = e.write(ctx, pt, Record{Fingerprint: fp, Tool: pt.tool, Caller: caller.Identity, Role: caller.Role}, key, d, prev.value)
-	return resp, nil
+	return resp
 }
 
 // write sends d.value to the device exactly once. The intent is recorded

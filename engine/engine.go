@@ -38,6 +38,9 @@ type Options struct {
 	// It is asked before every read from a device, so it must be cheap.
 	// nil means always.
 	ClockSynced func() bool
+	// Operations keeps start_* operations and sequences by id; nil keeps
+	// them in memory (a restart forgets them).
+	Operations OperationStore
 }
 
 // ErrUnknownTool is returned for a tool the device does not serve.
@@ -72,6 +75,8 @@ type Engine struct {
 	running  map[string]*keyedCall // do_* calls in progress, by idempotency key
 
 	faults faults // breakers, queues and write turns (breaker.go)
+
+	ops *operations // start_* operations and sequences (operation.go)
 }
 
 // point is a capability bound to its driver, with its read cache and limits.
@@ -183,8 +188,20 @@ func New(m *manifest.Manifest, p *policy.Policy, buses map[string]drivers.Bus, o
 		e.byLocation[pt.location] = append(e.byLocation[pt.location], pt)
 		e.tools = append(e.tools, Tool{Name: pt.tool, Kind: ToolKind(c.Kind), Capability: c})
 	}
+	for _, o := range m.Operations {
+		if o.Kind == manifest.KindSequence {
+			e.tools = append(e.tools, Tool{Name: o.SequenceTool(), Kind: ToolSequence, Operation: o})
+			continue
+		}
+		e.tools = append(e.tools, Tool{Name: o.StartTool(), Kind: ToolStart, Operation: o},
+			Tool{Name: o.StatusTool(), Kind: ToolStatus, Operation: o},
+			Tool{Name: o.CancelTool(), Kind: ToolCancel, Operation: o})
+	}
 	e.tools = append(e.tools, Tool{Name: "can_do", Kind: ToolCanDo})
 	if err := e.restoreLimits(); err != nil {
+		return nil, err
+	}
+	if err := e.loadOperations(opts.Operations); err != nil {
 		return nil, err
 	}
 	e.lastDo = e.now()
@@ -219,7 +236,7 @@ func (e *Engine) Manifest() *manifest.Manifest { return e.m }
 // Policy returns the policy in force (nil when none was given).
 func (e *Engine) Policy() *policy.Policy { return e.p }
 
-// Tools lists read_* and do_* in manifest order, then can_do.
+// Tools lists read_* and do_* in manifest order, then the operations' tools, then can_do.
 func (e *Engine) Tools() []Tool { return append([]Tool(nil), e.tools...) }
 
 func (e *Engine) lookup(tool string, kind manifest.Kind) (*point, error) {
@@ -230,8 +247,9 @@ func (e *Engine) lookup(tool string, kind manifest.Kind) (*point, error) {
 	return pt, nil
 }
 
-// Close releases the buses.
+// Close stops the running operations and releases the buses.
 func (e *Engine) Close() error {
+	e.stopOperations(func(*point) bool { return true }, "physmcpd stopped")
 	var errs []error
 	for name, b := range e.buses {
 		if err := b.Close(); err != nil {

@@ -16,6 +16,12 @@ func (e *Engine) Permits(tool string, role manifest.Role) bool {
 	if tool == "can_do" {
 		return true
 	}
+	for _, t := range e.tools {
+		if t.Name == tool && t.Operation != nil {
+			// read_status_* observes; the others act
+			return t.Kind == ToolStatus || e.opAccess(t.Operation, role).permission == promcp.Allowed
+		}
+	}
 	pt, ok := e.points[tool]
 	return ok && e.roleAccess(pt, role).permission == promcp.Allowed
 }

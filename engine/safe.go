@@ -13,15 +13,7 @@ import (
 // safeValue is the value a do point is driven to at start-up, on shutdown and
 // after the dead-man timeout: its safe_value, else for a GPIO output the
 // logical value of its binding's safe_level.
-func safeValue(c *manifest.Capability) (any, bool) {
-	if c.SafeValue != nil {
-		return c.SafeValue, true
-	}
-	if g := c.Binding.GPIO; g != nil && g.SafeLevel != nil && c.DataType == manifest.TypeBool {
-		return *g.SafeLevel != g.ActiveLow, true
-	}
-	return nil, false
-}
+func safeValue(c *manifest.Capability) (any, bool) { return c.SafeValueOf() }
 
 // ApplySafeState writes every do point's safe value (points without one are
 // left alone). In-doubt writes are settled first, because the safe value
@@ -41,6 +33,8 @@ func (e *Engine) ApplySafeStateOn(ctx context.Context, bus, why string) error {
 }
 
 func (e *Engine) applySafeState(ctx context.Context, why string, on func(*point) bool) error {
+	// A running operation would write again after the safe value.
+	e.stopOperations(on, why)
 	errs := []error{e.SettleInDoubt(ctx)}
 	for _, t := range e.tools {
 		if t.Kind != ToolDo {
@@ -62,15 +56,22 @@ func (e *Engine) applySafeState(ctx context.Context, why string, on func(*point)
 }
 
 func (e *Engine) applySafe(ctx context.Context, pt *point, v any, why string) error {
+	_, err := e.driveSafe(ctx, pt, v, why, Caller{Identity: "physmcpd"}, OutcomeSafeState)
+	return err
+}
+
+// driveSafe writes v to pt as the safe state does, for caller, audited with
+// outcome, and answers the write as a do_* body.
+func (e *Engine) driveSafe(ctx context.Context, pt *point, v any, why string, caller Caller, outcome string) (resp promcp.DoResponse, err error) {
 	at, began := e.now(), time.Now()
 	value, _, verr := validate(pt.c, v)
 	if verr != nil {
-		return fmt.Errorf("safe value %v: %w", v, verr)
+		return e.refuse(pt, "", "", verr.Error()), fmt.Errorf("safe value %v: %w", v, verr)
 	}
-	resp := e.response(pt, "")
+	resp = e.response(pt, "")
 	resp.Reason = why
 	defer func() {
-		e.auditDo(Caller{Identity: "physmcpd"}, pt, promcp.DoRequest{Value: value}, resp, OutcomeSafeState, at, time.Since(began))
+		e.auditDo(caller, pt, promcp.DoRequest{Value: value}, resp, outcome, at, time.Since(began))
 	}()
 	defer e.lockWrites(pt)()
 	prev, perr := e.readFresh(ctx, pt)
@@ -91,8 +92,9 @@ func (e *Engine) applySafe(ctx context.Context, pt *point, v any, why string) er
 	}
 	if werr != nil {
 		resp.Reason = fmt.Sprintf("%s: write failed: %v", why, werr)
+		resp.Permission = failurePermission(werr)
 		e.log.Error("safe state not applied", "tool", pt.tool, "value", value, "why", why, "err", werr)
-		return fmt.Errorf("write safe value %v: %w", value, werr)
+		return resp, fmt.Errorf("write safe value %v: %w", value, werr)
 	}
 	if !changed {
 		e.invalidate(pt)
@@ -107,9 +109,9 @@ func (e *Engine) applySafe(ctx context.Context, pt *point, v any, why string) er
 	resp.Timestamp = promcp.Time(e.now())
 	e.log.Info("safe state applied", "tool", pt.tool, "why", why, "previous", resp.PreviousValue, "applied", resp.AppliedValue, "changed", changed)
 	if resp.Status != promcp.StatusSuccess {
-		return fmt.Errorf("wrote safe value %v but the device reports %v", value, resp.AppliedValue)
+		return resp, fmt.Errorf("wrote safe value %v but the device reports %v", value, resp.AppliedValue)
 	}
-	return nil
+	return resp, nil
 }
 
 // DeadManTimeout is the manifest's safe_state.dead_man_timeout_ms (0: none).

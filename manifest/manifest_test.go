@@ -236,7 +236,7 @@ var manifestEdits = []edit{
 	{name: "empty tags", base: greenhouse, old: "[door, contact, security]", new: "[]", at: "[]", msg: "at least one tag"},
 	{name: "bad bus name", base: greenhouse, old: "  i2c1:\n", new: "  I2C_1:\n    type: i2c\n    device: \"2\"\n  i2c1:\n", at: "I2C_1", msg: `bus name "I2C_1"`},
 	// Capability rules.
-	{name: "bad kind", base: greenhouse, old: "    kind: read\n    description: Whether", new: "    kind: watch\n    description: Whether", at: "watch", msg: "must be read or do"},
+	{name: "bad kind", base: greenhouse, old: "    kind: read\n    description: Whether", new: "    kind: watch\n    description: Whether", at: "watch", msg: "must be read, do, start or sequence"},
 	{name: "bad data type", base: greenhouse, old: "    data_type: float\n    unit: kWh", new: "    data_type: double\n    unit: kWh", at: "double", msg: "must be float, int, bool, string or enum"},
 	{name: "read with side effects", base: greenhouse, old: "    semantic_tags: [door, contact, security]\n", new: "    semantic_tags: [door, contact, security]\n    side_effects: [beeps]\n", at: "[beeps]", msg: "must not have side effects"},
 	{name: "read with rate limit", base: greenhouse, old: "    semantic_tags: [door, contact, security]\n", new: "    semantic_tags: [door, contact, security]\n    rate_limit: 1/second\n", at: "1/second", msg: "only applies to do capabilities"},

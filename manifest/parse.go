@@ -19,6 +19,7 @@ func Parse(file string, data []byte) (*Manifest, strictyaml.Diags) {
 	}
 	m := &Manifest{File: file}
 	d := strictyaml.NewDecoder(file, &diags)
+	splitOperations(d, root, m)
 	d.Decode(root, m, "")
 	(&validator{d: d, m: m}).run()
 	diags.Sort()

@@ -22,8 +22,10 @@ type Manifest struct {
 	Network        *Network        `yaml:"network"`
 	Buses          map[string]*Bus `yaml:"buses"`
 	Capabilities   []*Capability   `yaml:"capabilities,required"`
-	Audit          *Audit          `yaml:"audit"`
-	SafeState      *SafeState      `yaml:"safe_state"`
+	// Operations are the capabilities of kind start and sequence (operation.go).
+	Operations []*Operation `yaml:"-"`
+	Audit      *Audit       `yaml:"audit"`
+	SafeState  *SafeState   `yaml:"safe_state"`
 	// Profile is full (default) or lite; the command line may override it.
 	Profile string `yaml:"profile"`
 

@@ -78,6 +78,7 @@ func (v *validator) run() {
 		v.errorf(m.At.Of("capabilities"), "capabilities", "the device declares no capabilities")
 	}
 	v.capabilities()
+	v.operations()
 	if m.Audit != nil {
 		if m.Audit.RetentionDays < 0 {
 			v.errorf(m.Audit.At.Of("retention_days"), "audit.retention_days", "must not be negative, got %d", m.Audit.RetentionDays)
@@ -444,7 +445,7 @@ func (v *validator) capability(path string, c *Capability) {
 	}
 	kindOK := c.Kind == KindRead || c.Kind == KindDo
 	if c.Kind != "" && !kindOK {
-		v.errorf(at.Of("kind"), path+".kind", "must be read or do, got %q", c.Kind)
+		v.errorf(at.Of("kind"), path+".kind", "must be read, do, start or sequence, got %q", c.Kind)
 	}
 	if at.Has("description") && strings.TrimSpace(c.Description) == "" {
 		v.errorf(at.Of("description"), path+".description", "must not be empty; agents choose tools by their descriptions")

@@ -88,7 +88,8 @@ func New(e *engine.Engine, opts Options) (*server.MCPServer, error) {
 		server.WithToolFilter(roleFilter(e, opts.Caller)),
 	)
 	a := &adapter{e: e, opts: opts, m: m, surface: surface, approvals: auth.NewApprovals(opts.Now)}
-	handlers := map[engine.ToolKind]server.ToolHandlerFunc{engine.ToolRead: a.read, engine.ToolDo: a.do, engine.ToolCanDo: a.canDo}
+	handlers := map[engine.ToolKind]server.ToolHandlerFunc{engine.ToolRead: a.read, engine.ToolDo: a.do, engine.ToolCanDo: a.canDo,
+		engine.ToolStart: a.start, engine.ToolStatus: a.status, engine.ToolCancel: a.cancel, engine.ToolSequence: a.sequence}
 	// GroupTools lists the tools in the order of the surface's.
 	for i, t := range surface.Tools() {
 		s.AddTool(tools[i], a.logged(a.recovered(t.Kind, handlers[t.Kind])))

@@ -190,5 +190,10 @@ func (p Profile) Apply(m *manifest.Manifest) (*manifest.Manifest, []string, erro
 		}
 		served.Capabilities = append(served.Capabilities, c)
 	}
+	// start_* and sequences act, so they go with the do_* tools.
+	served.Operations = nil
+	for _, o := range m.Operations {
+		hidden = append(hidden, o.ToolNames()...)
+	}
 	return &served, hidden, nil
 }

@@ -297,7 +297,7 @@ func (p paths) create(seed func(tx *bolt.Tx) error) (id string, err error) {
 
 // initBuckets creates the buckets a store needs (an older store lacks meta).
 func initBuckets(tx *bolt.Tx) error {
-	for _, b := range [][]byte{bucketKeys, bucketByTime, bucketWrites, bucketMeta} {
+	for _, b := range [][]byte{bucketKeys, bucketByTime, bucketWrites, bucketMeta, bucketOps} {
 		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 			return err
 		}

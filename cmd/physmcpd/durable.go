@@ -63,7 +63,7 @@ func openDurable(cfg serveConfig, prof profiles.Profile, m *manifest.Manifest, l
 		return nil, engine.Options{}, err
 	}
 	d.store = store
-	opts := engine.Options{Idempotency: store, Limits: store}
+	opts := engine.Options{Idempotency: store, Limits: store, Operations: store}
 	if m.Audit != nil && m.Audit.Enabled {
 		trail, err := openTrail(cfg, dir, m.Audit.RetentionDays, logger)
 		if err != nil {

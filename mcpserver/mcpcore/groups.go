@@ -51,7 +51,7 @@ func GroupTools(e *engine.Engine, group string) ([]engine.Tool, error) {
 	}
 	var out []engine.Tool
 	for _, t := range e.Tools() {
-		if t.Capability == nil || t.Capability.Group == group {
+		if t.Kind == engine.ToolCanDo || t.Group() == group {
 			out = append(out, t)
 		}
 	}

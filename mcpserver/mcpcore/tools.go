@@ -58,6 +58,8 @@ func Tools(e *engine.Engine) ([]Tool, error) {
 			title = "Change " + words(t.Capability.Name)
 			desc = doDescription(t.Capability, accessFacts(p, t.Name, t.Capability)+limitFacts(p, t.Name, t.Capability))
 			ann = annotations(title, false, !compensable(t.Capability))
+		case engine.ToolStart, engine.ToolStatus, engine.ToolCancel, engine.ToolSequence:
+			in, out, title, desc, ann = operationTool(t)
 		case engine.ToolCanDo:
 			in, out = promcp.CanDoInputSchema(), promcp.CanDoOutputSchema()
 			title = "Check whether an action is possible (dry run)"

@@ -1,0 +1,237 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/physmcp/physmcpd/drivers"
+	"github.com/physmcp/physmcpd/drivers/sim"
+	"github.com/physmcp/physmcpd/engine"
+	"github.com/physmcp/physmcpd/manifest"
+	"github.com/physmcp/physmcpd/promcp"
+	"github.com/physmcp/physmcpd/state"
+)
+
+// busLog sits between the engine and the simulated Modbus bus and records
+// every write that reaches it, in order.
+type busLog struct {
+	drivers.ModbusBus
+	mu     sync.Mutex
+	writes []string
+}
+
+func (b *busLog) WriteRegisters(ctx context.Context, unit uint8, addr uint16, v []uint16) error {
+	b.note(fmt.Sprintf("reg%d=%v", addr, v))
+	return b.ModbusBus.WriteRegisters(ctx, unit, addr, v)
+}
+
+func (b *busLog) WriteCoils(ctx context.Context, unit uint8, addr uint16, v []bool) error {
+	b.note(fmt.Sprintf("coil%d=%v", addr, v))
+	return b.ModbusBus.WriteCoils(ctx, unit, addr, v)
+}
+
+func (b *busLog) note(s string) {
+	b.mu.Lock()
+	b.writes = append(b.writes, s)
+	b.mu.Unlock()
+}
+
+func (b *busLog) log() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.writes...)
+}
+
+// opsRig is the operations device on the real clock (ramps take real time)
+// with its bus behind a busLog, and a state store in dir unless dir is "".
+func opsRig(t *testing.T, dir string) (*engine.Engine, *busLog) {
+	t.Helper()
+	m, diags := manifest.Load("testdata/operations.manifest.yml")
+	if m == nil {
+		t.Fatalf("manifest: %s", diags)
+	}
+	buses, err := drivers.OpenAll(context.Background(), m, nil, sim.NewOpener(sim.Options{}), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wire := &busLog{ModbusBus: buses["mb"].(drivers.ModbusBus)}
+	opts := engine.Options{Logger: quiet}
+	if dir != "" {
+		store, err := state.Open(dir, nil, quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { store.Close() })
+		opts.Idempotency, opts.Limits, opts.Operations = store, store, store
+	}
+	e, err := engine.New(m, nil, map[string]drivers.Bus{"mb": wire}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e, wire
+}
+
+func start(t *testing.T, e *engine.Engine, tool string, req promcp.StartRequest) promcp.StartResponse {
+	t.Helper()
+	resp, err := e.Start(context.Background(), operator, tool, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func status(t *testing.T, e *engine.Engine, tool, id string, waitMs int) promcp.StatusResponse {
+	t.Helper()
+	resp, err := e.Status(context.Background(), operator, tool, promcp.StatusRequest{OperationID: id, WaitMs: waitMs}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func TestRampPolledToCompletionWithMonotoneProgress(t *testing.T) {
+	e, wire := opsRig(t, "")
+	resp := start(t, e, "start_oven_ramp", promcp.StartRequest{Value: 22.0, IdempotencyKey: "ramp-1"})
+	if resp.Status != promcp.OpRunning || resp.OperationID == nil || resp.ExpectedCompletion == nil || len(resp.SideEffects) == 0 {
+		t.Fatalf("start: %+v", resp)
+	}
+	if resp.PreviousValue != 20.0 || resp.TargetValue != 22.0 {
+		t.Fatalf("start: previous %v, target %v", resp.PreviousValue, resp.TargetValue)
+	}
+	id := *resp.OperationID
+	last := -1.0
+	var st promcp.StatusResponse
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		st = status(t, e, "read_status_oven_ramp", id, 0)
+		if st.Progress < last {
+			t.Fatalf("progress went back from %v to %v", last, st.Progress)
+		}
+		last = st.Progress
+		if st.State != promcp.OpRunning || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if st.State != promcp.OpSucceeded || st.Progress != 1 || st.Quality != promcp.QualityGood || st.Value != 22.0 || st.EndedAt == nil {
+		t.Fatalf("final status: %+v", st)
+	}
+	// 20 → 22 °C at 0.2 °C per step: ten ordinary writes, every one on the bus.
+	if got := len(wire.log()); got != 10 || st.Writes != 10 {
+		t.Fatalf("%d bus writes, %d counted by the operation, want 10: %v", got, st.Writes, wire.log())
+	}
+}
+
+func TestStartRetriedWithItsKeyStartsOnce(t *testing.T) {
+	e, wire := opsRig(t, "")
+	first := start(t, e, "start_oven_ramp", promcp.StartRequest{Value: 20.6, IdempotencyKey: "k"})
+	st := status(t, e, "read_status_oven_ramp", *first.OperationID, 5000)
+	if st.State != promcp.OpSucceeded {
+		t.Fatalf("status: %+v", st)
+	}
+	writes := len(wire.log())
+	again := start(t, e, "start_oven_ramp", promcp.StartRequest{Value: 20.6, IdempotencyKey: "k"})
+	if *again.OperationID != *first.OperationID || again.Status != promcp.OpRunning {
+		t.Fatalf("retry: %+v", again)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if got := len(wire.log()); got != writes || writes != 3 {
+		t.Fatalf("bus writes %d after the retry, %d before; want 3", got, writes)
+	}
+	other := start(t, e, "start_oven_ramp", promcp.StartRequest{Value: 21.0, IdempotencyKey: "k"})
+	if other.Status != promcp.OpFailed || other.OperationID != nil {
+		t.Fatalf("same key, other value: %+v", other)
+	}
+}
+
+func TestCancelDrivesTheSafeValue(t *testing.T) {
+	e, wire := opsRig(t, "")
+	// 20 → 100 °C would take 400 steps (8 s): cancel it on the way
+	resp := start(t, e, "start_oven_ramp", promcp.StartRequest{Value: 100.0})
+	id := *resp.OperationID
+	time.Sleep(100 * time.Millisecond)
+	// while it runs, the point is the operation's
+	direct, err := e.Do(context.Background(), operator, "do_oven_setpoint", promcp.DoRequest{Value: 50.0})
+	if err != nil || direct.Status != promcp.StatusFailed || direct.Permission != promcp.PolicyDenied {
+		t.Fatalf("do_ while a ramp drives the point: %+v %v", direct, err)
+	}
+	c, err := e.Cancel(context.Background(), operator, "do_cancel_oven_ramp", promcp.CancelRequest{OperationID: id, IdempotencyKey: "c1"})
+	if err != nil || c.Status != promcp.StatusSuccess || c.State != promcp.OpCancelled || c.AppliedValue != 20.0 {
+		t.Fatalf("cancel: %+v %v", c, err)
+	}
+	n := len(wire.log())
+	if last := wire.log()[n-1]; last != "reg0=[200]" {
+		t.Fatalf("the last bus write is %s, want the safe value 20 °C (reg0=[200])", last)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if len(wire.log()) != n {
+		t.Fatalf("writes after the cancel: %v", wire.log()[n:])
+	}
+	st := status(t, e, "read_status_oven_ramp", id, 0)
+	if st.State != promcp.OpCancelled || st.Value != 20.0 || st.Progress == 0 || st.Progress == 1 {
+		t.Fatalf("status after cancel: %+v", st)
+	}
+	again, _ := e.Cancel(context.Background(), operator, "do_cancel_oven_ramp", promcp.CancelRequest{OperationID: id, IdempotencyKey: "c1"})
+	if again.Status != promcp.StatusSuccess || len(wire.log()) != n {
+		t.Fatalf("retried cancel wrote again: %+v", again)
+	}
+}
+
+func TestRunAndMove(t *testing.T) {
+	e, wire := opsRig(t, "")
+	run := start(t, e, "start_pump_run", promcp.StartRequest{Value: true, DurationMs: 150})
+	mv := start(t, e, "start_valve_move", promcp.StartRequest{Value: 40})
+	if st := status(t, e, "read_status_valve_move", *mv.OperationID, 2000); st.State != promcp.OpSucceeded || st.Value != int64(40) || st.Observed != "read_valve_position" {
+		t.Fatalf("move: %+v", st)
+	}
+	if st := status(t, e, "read_status_pump_run", *run.OperationID, 3000); st.State != promcp.OpSucceeded || st.Value != false || st.Writes != 2 {
+		t.Fatalf("run: %+v", st)
+	}
+	log := wire.log()
+	if len(log) != 3 {
+		t.Fatalf("bus writes: %v", log)
+	}
+	if bad := start(t, e, "start_pump_run", promcp.StartRequest{Value: true, DurationMs: 6000}); bad.Status != promcp.OpFailed || bad.Permission != promcp.OutOfRange {
+		t.Fatalf("over max_duration_ms: %+v", bad)
+	}
+}
+
+func TestSafeStateStopsARunningOperation(t *testing.T) {
+	e, _ := opsRig(t, "")
+	resp := start(t, e, "start_oven_ramp", promcp.StartRequest{Value: 150.0})
+	time.Sleep(60 * time.Millisecond)
+	if err := e.ApplySafeState(context.Background(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	st := status(t, e, "read_status_oven_ramp", *resp.OperationID, 0)
+	if st.State != promcp.OpFailed || st.Value != 20.0 {
+		t.Fatalf("after the safe state: %+v", st)
+	}
+}
+
+func TestSequenceCompensatesInReverseAndActsOncePerStep(t *testing.T) {
+	e, wire := opsRig(t, "")
+	resp, err := e.Sequence(context.Background(), operator, "do_changeover", promcp.SequenceRequest{IdempotencyKey: "seq-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Status != promcp.StatusFailed || resp.Outcome != promcp.SequenceCompensated || resp.FailedStep == nil || *resp.FailedStep != 3 {
+		t.Fatalf("sequence: %+v", resp)
+	}
+	if resp.Steps[2].Permission != promcp.PolicyDenied || len(resp.Compensations) != 2 ||
+		resp.Compensations[0].Tool != "do_transfer_pump" || resp.Compensations[1].Tool != "do_inlet_valve" {
+		t.Fatalf("steps %+v, compensations %+v", resp.Steps, resp.Compensations)
+	}
+	// step 1, step 2, then undo 2, undo 1 (the outlet valve was never written)
+	want := []string{"coil10=[false]", "coil11=[true]", "coil11=[false]", "coil10=[true]"}
+	if got := wire.log(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("bus writes %v, want %v", got, want)
+	}
+	again, _ := e.Sequence(context.Background(), operator, "do_changeover", promcp.SequenceRequest{IdempotencyKey: "seq-1"})
+	if fmt.Sprint(wire.log()) != fmt.Sprint(want) || again.Outcome != resp.Outcome || again.Timestamp != resp.Timestamp {
+		t.Fatalf("the retried sequence acted again: %v, %+v", wire.log(), again)
+	}
+}

@@ -1,0 +1,243 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/physmcp/physmcpd/manifest"
+	"github.com/physmcp/physmcpd/promcp"
+)
+
+// Sequences (sagas): the steps run in order, each through its own tool with
+// all its checks and a key derived from the sequence's; when one fails, the
+// steps that acted are undone in reverse order. Derived keys make a retried
+// sequence act at most once per step and per undo: a step that acted answers
+// its first outcome, one that was refused tries again.
+
+// stepKey derives the idempotency key of a sequence's step or undo n from
+// the sequence's key.
+func stepKey(key, what string, n int) string {
+	if len(key) > 96 {
+		sum := sha256.Sum256([]byte(key))
+		key = hex.EncodeToString(sum[:16])
+	}
+	return fmt.Sprintf("%s/%s-%d", key, what, n)
+}
+
+// Sequence answers a sequence's do_* tool. The error is non-nil only for an
+// unknown tool.
+func (e *Engine) Sequence(ctx context.Context, caller Caller, tool string, req promcp.SequenceRequest) (promcp.SequenceResponse, error) {
+	o, err := e.operation(tool, ToolSequence)
+	if err != nil {
+		return promcp.SequenceResponse{}, err
+	}
+	e.touch()
+	key := req.IdempotencyKey
+	if key == "" {
+		key = promcp.NewUUID()
+	}
+	refuse := func(perm promcp.Permission, format string, args ...any) (promcp.SequenceResponse, error) {
+		resp := e.sequenceAnswer(o, key)
+		resp.Permission, resp.Reason = perm, fmt.Sprintf(format, args...)
+		e.log.Info("sequence refused", "tool", tool, "key", key, "permission", perm, "reason", resp.Reason, "caller", caller.Identity)
+		return resp, nil
+	}
+	if d := e.opAccess(o, caller.Role); d.permission != promcp.Allowed {
+		return refuse(d.permission, "%s", d.reason)
+	}
+	fp := fingerprint(tool, nil)
+	release, _ := e.claim(key)
+	defer release()
+	op, rec, found := e.ops.byKeyGet(key)
+	switch {
+	case found && rec.Fingerprint != fp:
+		return refuse("", "idempotency_key %q was already used for %s; use a new key for a new action", key, rec.Tool)
+	case found && len(rec.Answer) > 0:
+		var resp promcp.SequenceResponse
+		if err := json.Unmarshal(rec.Answer, &resp); err != nil {
+			return refuse("", "the first answer for idempotency_key %q cannot be read: %v", key, err)
+		}
+		e.log.Info("sequence replayed", "tool", tool, "key", key)
+		return resp, nil
+	case found:
+		// interrupted by a restart: run again; the steps that acted replay
+		e.ops.update(op, func(r *OperationRecord) { r.State, r.Reason, r.Ended = promcp.OpRunning, "", time.Time{} })
+	default:
+		if _, used := e.idem.Load(key); used {
+			return refuse("", "idempotency_key %q was already used for a do_* call; use a new key for a new action", key)
+		}
+		now := e.now()
+		op = &runningOp{o: o, changed: make(chan struct{}), rec: OperationRecord{
+			ID: promcp.NewUUID(), Tool: tool, Key: key, Fingerprint: fp, Caller: caller.Identity, Role: caller.Role,
+			State: promcp.OpRunning, Started: now, Updated: now,
+		}}
+		if err := e.ops.add(op); err != nil {
+			return refuse("", "could not record the sequence, so nothing was done: %v", err)
+		}
+	}
+
+	resp := e.sequenceAnswer(o, key)
+	failed := -1
+	for i, s := range o.Steps {
+		out, ok := e.sequenceStep(ctx, caller, s, stepKey(key, "step", i+1))
+		out.Step = i + 1
+		resp.Steps = append(resp.Steps, out)
+		if !ok {
+			failed = i
+			break
+		}
+		resp.SideEffects = append(resp.SideEffects, stepSideEffects(s)...)
+	}
+	if failed < 0 {
+		resp.Status, resp.Outcome = promcp.StatusSuccess, promcp.SequenceCompleted
+		resp.Compensable, resp.CompensationHint = e.sequenceUndo(o, resp.Steps)
+	} else {
+		n := failed + 1
+		resp.FailedStep = &n
+		bad := resp.Steps[failed]
+		resp.Permission = bad.Permission
+		for _, s := range o.Steps[n:] {
+			resp.Steps = append(resp.Steps, promcp.StepOutcome{Step: len(resp.Steps) + 1, Tool: s.Tool, Arguments: stepArguments(s), Status: "skipped"})
+		}
+		resp.Outcome = promcp.SequenceCompensated
+		for j := failed - 1; j >= 0; j-- {
+			c, ok := e.undoStep(ctx, caller, o.Steps[j], resp.Steps[j], stepKey(key, "undo", j+1))
+			c.Step = j + 1
+			resp.Compensations = append(resp.Compensations, c)
+			if !ok {
+				resp.Outcome = promcp.SequenceCompensationFailed
+			}
+		}
+		resp.Reason = fmt.Sprintf("step %d (%s) failed: %s", n, bad.Tool, bad.Reason)
+		if resp.Outcome == promcp.SequenceCompensated {
+			resp.Reason += fmt.Sprintf("; steps 1..%d were undone in reverse order", failed)
+		} else {
+			resp.Reason += "; an undo failed too, so the device is left between states: see compensations, and read before acting"
+		}
+	}
+	resp.Timestamp = promcp.Time(e.now())
+	answer, err := json.Marshal(resp)
+	if err != nil {
+		resp.Warnings = append(resp.Warnings, fmt.Sprintf("the answer could not be recorded (%v): a retry with this key runs the steps again, each answering its first outcome", err))
+	}
+	state := promcp.OpSucceeded
+	if failed >= 0 {
+		state = promcp.OpFailed
+	}
+	e.ops.update(op, func(r *OperationRecord) {
+		r.Answer, r.State, r.Reason, r.Ended, r.Progress = answer, state, resp.Reason, e.now(), 1
+	})
+	e.log.Info("sequence ended", "tool", tool, "key", key, "outcome", resp.Outcome, "failed_step", resp.FailedStep)
+	return resp, nil
+}
+
+func (e *Engine) sequenceAnswer(o *manifest.Operation, key string) promcp.SequenceResponse {
+	return promcp.SequenceResponse{
+		DoResponse: promcp.DoResponse{Status: promcp.StatusFailed, IdempotencyKey: key, SideEffects: []string{}, Timestamp: promcp.Time(e.now()), DeviceID: e.deviceID()},
+		Steps:      []promcp.StepOutcome{}, Compensations: []promcp.StepOutcome{},
+	}
+}
+
+func stepArguments(s *manifest.Step) map[string]any {
+	args := map[string]any{"value": s.Value}
+	if s.DurationMs > 0 {
+		args["duration_ms"] = s.DurationMs
+	}
+	return args
+}
+
+func stepSideEffects(s *manifest.Step) []string {
+	if s.Do != nil {
+		return s.Do.SideEffects
+	}
+	return append(append([]string{}, s.Start.SideEffects...), s.Start.Target.SideEffects...)
+}
+
+func doOutcome(tool string, args map[string]any, key string, r promcp.DoResponse) promcp.StepOutcome {
+	return promcp.StepOutcome{Tool: tool, Arguments: args, IdempotencyKey: key, Status: string(r.Status), Permission: r.Permission,
+		Reason: r.Reason, Applied: r.AppliedValue, Previous: r.PreviousValue}
+}
+
+// sequenceStep runs one step under key.
+func (e *Engine) sequenceStep(ctx context.Context, caller Caller, s *manifest.Step, key string) (promcp.StepOutcome, bool) {
+	args := stepArguments(s)
+	if s.Do != nil {
+		r := e.do(ctx, caller, e.points[s.Tool], promcp.DoRequest{Value: s.Value, IdempotencyKey: key}, nil)
+		return doOutcome(s.Tool, args, key, r), r.Status != promcp.StatusFailed
+	}
+	r, err := e.Start(ctx, caller, s.Tool, promcp.StartRequest{Value: s.Value, DurationMs: s.DurationMs, IdempotencyKey: key})
+	out := promcp.StepOutcome{Tool: s.Tool, Arguments: args, IdempotencyKey: key, Status: string(r.Status), Permission: r.Permission,
+		Reason: r.Reason, Applied: r.TargetValue, Previous: r.PreviousValue}
+	if err != nil || r.OperationID == nil {
+		if err != nil {
+			out.Status, out.Reason = string(promcp.StatusFailed), err.Error()
+		}
+		return out, false
+	}
+	out.OperationID = *r.OperationID
+	if !s.Wait {
+		return out, true
+	}
+	for {
+		st, err := e.Status(ctx, caller, s.Start.StatusTool(), promcp.StatusRequest{OperationID: out.OperationID, WaitMs: promcp.MaxWaitMs}, nil)
+		if err != nil || ctx.Err() != nil {
+			out.Status, out.Reason = string(promcp.OpFailed), fmt.Sprintf("stopped waiting for operation %s: %v", out.OperationID, context.Cause(ctx))
+			return out, false
+		}
+		if st.State != promcp.OpRunning {
+			out.Status, out.Reason = string(st.State), st.Reason
+			return out, st.State == promcp.OpSucceeded
+		}
+	}
+}
+
+// undoStep undoes a step that acted: its compensate call, else for a do_*
+// its own compensation (the previous value written back) and for a start_*
+// its do_cancel_*.
+func (e *Engine) undoStep(ctx context.Context, caller Caller, s *manifest.Step, done promcp.StepOutcome, key string) (promcp.StepOutcome, bool) {
+	tool, args := "", map[string]any{}
+	switch {
+	case s.Compensate != nil:
+		tool, args["value"] = s.Compensate.Tool, s.Compensate.Value
+	case s.Start != nil:
+		args["operation_id"] = done.OperationID
+		r, err := e.Cancel(ctx, caller, s.Start.CancelTool(), promcp.CancelRequest{OperationID: done.OperationID, IdempotencyKey: key})
+		if err != nil {
+			r.Status, r.Reason = promcp.StatusFailed, err.Error()
+		}
+		return doOutcome(s.Start.CancelTool(), args, key, r.DoResponse), r.Status != promcp.StatusFailed
+	case done.Previous == nil || s.Do.Compensable != nil && !*s.Do.Compensable:
+		return promcp.StepOutcome{Tool: s.Tool, Arguments: args, IdempotencyKey: key, Status: string(promcp.StatusFailed),
+			Reason: "this step cannot be undone: its previous value is unknown or it is not compensable"}, false
+	default:
+		tool, args["value"] = s.Tool, done.Previous
+	}
+	r := e.do(ctx, caller, e.points[tool], promcp.DoRequest{Value: args["value"], IdempotencyKey: key}, nil)
+	return doOutcome(tool, args, key, r), r.Status != promcp.StatusFailed
+}
+
+// sequenceUndo says whether a completed sequence can be undone and how: the
+// steps' undo calls in reverse order.
+func (e *Engine) sequenceUndo(o *manifest.Operation, steps []promcp.StepOutcome) (bool, *string) {
+	var calls []string
+	for j := len(o.Steps) - 1; j >= 0; j-- {
+		s, done := o.Steps[j], steps[j]
+		switch {
+		case s.Compensate != nil:
+			calls = append(calls, fmt.Sprintf("%s value=%v", s.Compensate.Tool, s.Compensate.Value))
+		case s.Start != nil:
+			calls = append(calls, fmt.Sprintf("%s operation_id=%s", s.Start.CancelTool(), done.OperationID))
+		case done.Previous == nil || s.Do.Compensable != nil && !*s.Do.Compensable:
+			return false, nil
+		default:
+			calls = append(calls, fmt.Sprintf("%s value=%v", s.Tool, done.Previous))
+		}
+	}
+	hint := strings.Join(calls, "; then ")
+	return true, &hint
+}
