@@ -231,10 +231,10 @@ func StatusOutputSchema(o *manifest.Operation) Schema {
 		observed = o.Move.Source
 	}
 	return object(Schema{
-		"value":     nullableValue(observed, "The observed value of "+observedTool(o)+" now; null when quality is error"),
-		"unit":      unitSchema(observed),
-		"timestamp": timestampSchema("When the observed value was measured, RFC 3339 UTC."),
-		"quality":   Schema{"type": "string", "enum": qualities, "description": "Quality of the observed value, as for read_*."},
+		"value":        nullableValue(observed, "The observed value of "+observedTool(o)+" now; null when quality is error"),
+		"unit":         unitSchema(observed),
+		"timestamp":    timestampSchema("When the observed value was measured, RFC 3339 UTC."),
+		"quality":      Schema{"type": "string", "enum": qualities, "description": "Quality of the observed value, as for read_*."},
 		"operation_id": Schema{"type": "string"},
 		"state": Schema{"type": "string", "enum": opStates,
 			"description": "running; succeeded; failed (see reason: a refused step, a timeout, a restart or the safe state); cancelled (by " + o.CancelTool() + "); unknown (no such operation)."},
