@@ -9,9 +9,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"time"
 
+	"github.com/physmcp/physmcpd/audit"
 	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/mcpserver"
 	"github.com/physmcp/physmcpd/profiles"
@@ -87,7 +89,8 @@ func serveMCP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *en
 			logger.Error("cannot serve HTTP", "err", err)
 			return 1
 		}
-		return serveHTTP(ctx, cfg, mcpserver.NewEndpointsHandler(eps, logger, cfg.access.sessionLimits()), acc, e.Health, logger)
+		h := mcpserver.NewEndpointsHandler(eps, logger, cfg.access.sessionLimits())
+		return serveHTTP(ctx, cfg, h, statusAPI(e, dur.trail, local, logger, h), acc, e.Health, logger)
 	}
 	s, lim := eps[0].Server, streamLimits(prof)
 	return serveStream(ctx, cfg, e, func(ctx context.Context, in io.Reader, out io.Writer) error {
@@ -99,13 +102,15 @@ func streamLimits(p profiles.Profile) mcpserver.StreamLimits {
 	return mcpserver.StreamLimits{Workers: p.Workers, Queue: p.Queue, MaxMessageBytes: p.MaxMessageBytes}
 }
 
-func serveHTTP(ctx context.Context, cfg serveConfig, h *mcpserver.HTTPHandler, acc mcpserver.Access, health func(context.Context) error, logger *slog.Logger) int {
+// serveHTTP serves h, and api in front of it (the status page's data,
+// authenticated as h is), until ctx ends.
+func serveHTTP(ctx context.Context, cfg serveConfig, h *mcpserver.HTTPHandler, api http.Handler, acc mcpserver.Access, health func(context.Context) error, logger *slog.Logger) int {
 	ln, err := net.Listen("tcp", cfg.httpAddr)
 	if err != nil {
 		logger.Error("cannot listen", "addr", cfg.httpAddr, "err", err)
 		return 1
 	}
-	srv := mcpserver.NewHTTPServer(mcpserver.Health(health, logger, mcpserver.Protect(h, acc)))
+	srv := mcpserver.NewHTTPServer(mcpserver.Health(health, logger, mcpserver.StatusPage(mcpserver.Protect(api, acc))))
 	done := make(chan error, 1)
 	scheme := "http"
 	if cfg.access.tls() {
@@ -115,7 +120,7 @@ func serveHTTP(ctx context.Context, cfg serveConfig, h *mcpserver.HTTPHandler, a
 	} else {
 		go func() { done <- srv.Serve(ln) }()
 	}
-	logger.Info("listening", "url", scheme+"://"+ln.Addr().String()+mcpserver.EndpointPath,
+	logger.Info("listening", "url", scheme+"://"+ln.Addr().String()+mcpserver.EndpointPath, "status_page", scheme+"://"+ln.Addr().String()+mcpserver.StatusPath,
 		"max_sessions", cfg.access.maxSessions, "session_idle_timeout", cfg.access.sessionIdle, "body_timeout", cfg.access.bodyTimeout)
 	stopping := notifyReady(ctx, health, logger)
 	defer stopping()
@@ -135,4 +140,15 @@ func serveHTTP(ctx context.Context, cfg serveConfig, h *mcpserver.HTTPHandler, a
 	}
 	logger.Info("stopped")
 	return 0
+}
+
+// statusAPI serves the status page's data in front of next, to callers
+// Protect authenticated (or the local caller), with the trail's tail when
+// one is kept.
+func statusAPI(e *engine.Engine, trail *audit.Log, local engine.Caller, logger *slog.Logger, next http.Handler) http.Handler {
+	opts := mcpserver.StatusOptions{Caller: mcpserver.CallerFrom(local), Logger: logger}
+	if trail != nil {
+		opts.AuditTail = trail.Tail
+	}
+	return mcpserver.StatusAPI(e, opts, next)
 }
