@@ -77,6 +77,8 @@ type Engine struct {
 	faults faults // breakers, queues and write turns (breaker.go)
 
 	ops *operations // start_* operations and sequences (operation.go)
+
+	watches watches // subscriptions to readings (watch.go)
 }
 
 // point is a capability bound to its driver, with its read cache and limits.
@@ -90,6 +92,7 @@ type point struct {
 	dev      atomic.Pointer[device] // its breaker and queue, once looked up (breaker.go)
 
 	reads flight
+	watch atomic.Pointer[watcher] // while somebody watches the reading (watch.go)
 
 	mu       sync.Mutex
 	last     *reading // latest successful read (plausible or not)
@@ -250,6 +253,7 @@ func (e *Engine) lookup(tool string, kind manifest.Kind) (*point, error) {
 // Close stops the running operations and releases the buses.
 func (e *Engine) Close() error {
 	e.stopOperations(func(*point) bool { return true }, "physmcpd stopped")
+	e.stopWatchers()
 	var errs []error
 	for name, b := range e.buses {
 		if err := b.Close(); err != nil {

@@ -100,6 +100,7 @@ func (e *Engine) sample(ctx context.Context, pt *point) (*reading, error) {
 // returned to its caller but not cached: it may show the value from before
 // the write.
 func (e *Engine) measure(ctx context.Context, pt *point) (*reading, error) {
+	defer e.measured(pt) // after pt.mu is released below
 	pt.mu.Lock()
 	gen := pt.gen
 	pt.mu.Unlock()
@@ -182,8 +183,10 @@ func unitSuffix(c *manifest.Capability) string {
 }
 
 // cached returns the latest reading when it is still within its TTL.
-func (e *Engine) cached(pt *point) *reading {
-	ttl := pt.c.CacheTTL()
+func (e *Engine) cached(pt *point) *reading { return e.cachedWithin(pt, pt.c.CacheTTL()) }
+
+// cachedWithin returns the latest reading when it is younger than ttl.
+func (e *Engine) cachedWithin(pt *point, ttl time.Duration) *reading {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
 	if ttl <= 0 || pt.last == nil || e.now().Sub(pt.last.at) >= ttl {
@@ -206,15 +209,25 @@ func (e *Engine) invalidate(pt *point) {
 // else a live read. On failure it falls back to the last good value (stale)
 // for as long as that is still a useful observation.
 func (e *Engine) observe(ctx context.Context, pt *point) promcp.ReadResponse {
-	resp := promcp.ReadResponse{Unit: unitOf(pt.c), DeviceID: e.deviceID()}
-	r := e.cached(pt)
+	return e.observeWithin(ctx, pt, pt.c.CacheTTL())
+}
+
+// observeWithin is observe with a reading younger than maxAge counting as fresh.
+func (e *Engine) observeWithin(ctx context.Context, pt *point, maxAge time.Duration) promcp.ReadResponse {
+	r := e.cachedWithin(pt, maxAge)
 	var err error
 	if r == nil {
 		r, err = e.sample(ctx, pt)
 	}
+	return e.respond(pt, r, err)
+}
+
+// respond is the read_* answer for a read that gave r or failed with err.
+func (e *Engine) respond(pt *point, r *reading, err error) promcp.ReadResponse {
 	if err == nil {
 		return e.answer(pt, r)
 	}
+	resp := promcp.ReadResponse{Unit: unitOf(pt.c), DeviceID: e.deviceID()}
 	pt.mu.Lock()
 	good := pt.lastGood
 	pt.mu.Unlock()
@@ -251,11 +264,16 @@ func (e *Engine) Read(ctx context.Context, caller Caller, tool string) (promcp.R
 		return promcp.ReadResponse{}, err
 	}
 	if d := e.access(pt, caller); d.permission != promcp.Allowed {
-		return promcp.ReadResponse{
-			Value: nil, Unit: unitOf(pt.c), Timestamp: promcp.Time(e.now()),
-			Quality: promcp.QualityError, DeviceID: e.deviceID(),
-			Detail: fmt.Sprintf("%s: %s", d.permission, d.reason),
-		}, nil
+		return e.refusedRead(pt, d), nil
 	}
 	return e.observe(ctx, pt), nil
+}
+
+// refusedRead is the read_* answer to a caller the policy does not allow.
+func (e *Engine) refusedRead(pt *point, d decision) promcp.ReadResponse {
+	return promcp.ReadResponse{
+		Value: nil, Unit: unitOf(pt.c), Timestamp: promcp.Time(e.now()),
+		Quality: promcp.QualityError, DeviceID: e.deviceID(),
+		Detail: fmt.Sprintf("%s: %s", d.permission, d.reason),
+	}
 }

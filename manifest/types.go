@@ -197,30 +197,34 @@ type Range struct {
 
 // Capability is one read_ or do_ tool bound to a point on a bus.
 type Capability struct {
-	Name               string    `yaml:"name,required"`
-	Kind               Kind      `yaml:"kind,required"`
-	Description        string    `yaml:"description,required"`
-	Binding            Binding   `yaml:"binding,required"`
-	DataType           DataType  `yaml:"data_type,required"`
-	Unit               string    `yaml:"unit"`
-	Range              *Range    `yaml:"range"`
-	EnumValues         []string  `yaml:"enum_values"`
-	Precision          *int      `yaml:"precision"`
-	SampleRateHz       float64   `yaml:"sample_rate_hz"`
-	SemanticTags       []string  `yaml:"semantic_tags,required"`
-	SideEffects        []string  `yaml:"side_effects"`
-	RateLimit          *Rate     `yaml:"rate_limit"`
-	RequiresPermission Role      `yaml:"requires_permission"`
-	RequiresQuorum     bool      `yaml:"requires_quorum"`
-	QuorumSize         int       `yaml:"quorum_size"`
-	CooldownMs         int       `yaml:"cooldown_ms"`
-	TimeoutMs          *int      `yaml:"timeout_ms"`
-	Cacheable          *bool     `yaml:"cacheable"`
-	CacheTTLMs         *int      `yaml:"cache_ttl_ms"`
-	Compensable        *bool     `yaml:"compensable"`
-	Group              string    `yaml:"group"`
-	SafeValue          any       `yaml:"safe_value"`
-	Simulation         *PointSim `yaml:"simulation"`
+	Name               string   `yaml:"name,required"`
+	Kind               Kind     `yaml:"kind,required"`
+	Description        string   `yaml:"description,required"`
+	Binding            Binding  `yaml:"binding,required"`
+	DataType           DataType `yaml:"data_type,required"`
+	Unit               string   `yaml:"unit"`
+	Range              *Range   `yaml:"range"`
+	EnumValues         []string `yaml:"enum_values"`
+	Precision          *int     `yaml:"precision"`
+	SampleRateHz       float64  `yaml:"sample_rate_hz"`
+	SemanticTags       []string `yaml:"semantic_tags,required"`
+	SideEffects        []string `yaml:"side_effects"`
+	RateLimit          *Rate    `yaml:"rate_limit"`
+	RequiresPermission Role     `yaml:"requires_permission"`
+	RequiresQuorum     bool     `yaml:"requires_quorum"`
+	QuorumSize         int      `yaml:"quorum_size"`
+	CooldownMs         int      `yaml:"cooldown_ms"`
+	TimeoutMs          *int     `yaml:"timeout_ms"`
+	Cacheable          *bool    `yaml:"cacheable"`
+	CacheTTLMs         *int     `yaml:"cache_ttl_ms"`
+	// Deadband and MinUpdateIntervalMs pace the change notifications of a
+	// read capability's reading (resource subscriptions).
+	Deadband            *float64  `yaml:"deadband"`
+	MinUpdateIntervalMs *int      `yaml:"min_update_interval_ms"`
+	Compensable         *bool     `yaml:"compensable"`
+	Group               string    `yaml:"group"`
+	SafeValue           any       `yaml:"safe_value"`
+	Simulation          *PointSim `yaml:"simulation"`
 	// Interlocks are conditions on other capabilities' readings that must
 	// hold for a do capability to act (interlock.go).
 	Interlocks []*Interlock `yaml:"interlocks"`
@@ -237,6 +241,30 @@ func (c *Capability) Timeout() time.Duration {
 		return 5 * time.Second
 	}
 	return time.Duration(*c.TimeoutMs) * time.Millisecond
+}
+
+// DefaultMinUpdateInterval is min_update_interval_ms when the manifest gives none.
+const DefaultMinUpdateInterval = time.Second
+
+// MinUpdateIntervalFloorMs is the least min_update_interval_ms accepted.
+const MinUpdateIntervalFloorMs = 100
+
+// ChangeDeadband is deadband: how far a numeric reading must move from the
+// last one notified to be notified again (default 0: any change).
+func (c *Capability) ChangeDeadband() float64 {
+	if c.Deadband == nil {
+		return 0
+	}
+	return *c.Deadband
+}
+
+// MinUpdateInterval is min_update_interval_ms: the least time between two
+// change notifications of the reading (default DefaultMinUpdateInterval).
+func (c *Capability) MinUpdateInterval() time.Duration {
+	if c.MinUpdateIntervalMs == nil {
+		return DefaultMinUpdateInterval
+	}
+	return time.Duration(*c.MinUpdateIntervalMs) * time.Millisecond
 }
 
 // CacheTTL is how long a reading counts as fresh: cache_ttl_ms (default 1 s),

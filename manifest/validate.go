@@ -496,6 +496,17 @@ func (v *validator) capability(path string, c *Capability) {
 	if c.Cacheable != nil && !*c.Cacheable && c.CacheTTLMs != nil {
 		v.errorf(at.Of("cache_ttl_ms"), path+".cache_ttl_ms", "the capability is not cacheable (cacheable: false), so a cache TTL would be ignored")
 	}
+	if d := c.Deadband; d != nil {
+		switch {
+		case typeOK && !c.IsNumeric():
+			v.errorf(at.Of("deadband"), path+".deadband", "a deadband only applies to float and int capabilities, not %s: every change of another type is notified", c.DataType)
+		case *d < 0 || math.IsNaN(*d) || math.IsInf(*d, 0):
+			v.errorf(at.Of("deadband"), path+".deadband", "must be a number >= 0 (in the capability's unit), got %g", *d)
+		}
+	}
+	if n := c.MinUpdateIntervalMs; n != nil && *n < MinUpdateIntervalFloorMs {
+		v.errorf(at.Of("min_update_interval_ms"), path+".min_update_interval_ms", "must be at least %d, got %d", MinUpdateIntervalFloorMs, *n)
+	}
 	if c.CooldownMs < 0 {
 		v.errorf(at.Of("cooldown_ms"), path+".cooldown_ms", "must not be negative, got %d", c.CooldownMs)
 	}
@@ -529,7 +540,7 @@ func (v *validator) capability(path string, c *Capability) {
 			}
 		}
 	case KindDo:
-		for _, key := range []string{"cacheable", "cache_ttl_ms", "sample_rate_hz"} {
+		for _, key := range []string{"cacheable", "cache_ttl_ms", "sample_rate_hz", "deadband", "min_update_interval_ms"} {
 			if at.Has(key) {
 				v.errorf(at.Of(key), path+"."+key, "only applies to read capabilities")
 			}

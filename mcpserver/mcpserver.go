@@ -80,14 +80,20 @@ func New(e *engine.Engine, opts Options) (*server.MCPServer, error) {
 	if opts.Group != "" {
 		about["group"] = opts.Group
 	}
+	hooks := &server.Hooks{}
 	s := server.NewMCPServer(opts.Name, opts.Version,
 		server.WithToolCapabilities(false),
+		// Subscriptions are served (resources.go); the list of resources
+		// never changes while the server runs.
+		server.WithResourceCapabilities(true, false),
+		server.WithHooks(hooks),
 		server.WithRecovery(),
 		server.WithInstructions(mcpcore.Instructions(m)+mcpcore.GroupNote(m, opts.Group)),
 		server.WithExperimental(map[string]any{"promcp": about}),
 		server.WithToolFilter(roleFilter(e, opts.Caller)),
 	)
 	a := &adapter{e: e, opts: opts, m: m, surface: surface, approvals: auth.NewApprovals(opts.Now)}
+	a.resources = newResources(a, s, hooks)
 	handlers := map[engine.ToolKind]server.ToolHandlerFunc{engine.ToolRead: a.read, engine.ToolDo: a.do, engine.ToolCanDo: a.canDo,
 		engine.ToolStart: a.start, engine.ToolStatus: a.status, engine.ToolCancel: a.cancel, engine.ToolSequence: a.sequence}
 	// GroupTools lists the tools in the order of the surface's.
@@ -104,6 +110,8 @@ type adapter struct {
 	surface *mcpcore.Surface // the endpoint's tools; read_* and can_do
 	// approvals signs the state that binds a person's approval to one call.
 	approvals *auth.Approvals
+	// resources are the device and its readings, with their subscriptions.
+	resources *resources
 }
 
 // logged records every call at debug level (the engine logs refusals and

@@ -1,0 +1,306 @@
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/physmcp/physmcpd/engine"
+	"github.com/physmcp/physmcpd/manifest"
+	"github.com/physmcp/physmcpd/promcp"
+)
+
+// MCP resources (docs/resources.md): the device, and each read capability's
+// current reading, which a client may subscribe to. A reading resource is
+// read_<name> as a resource: the same body, the same role rules. mcp-go
+// registers them and answers list and read; what mcp-go does not do for us
+// (refusing a read or subscription the caller's role does not allow, and
+// anything at all on a subscription) is done in hooks here.
+
+// URIScheme is the scheme of physmcpd's resources.
+const URIScheme = "physmcp"
+
+// DeviceURI is the resource that describes device id.
+func DeviceURI(id string) string { return URIScheme + "://" + id + "/device" }
+
+// ReadingURI is the resource holding a read capability's current reading.
+func ReadingURI(id, capability string) string {
+	return URIScheme + "://" + id + "/readings/" + capability
+}
+
+// MetaReading is the _meta key under which a resource-update notification
+// carries the reading it announces, as resources/read would answer it.
+const MetaReading = "physmcp/reading"
+
+const jsonMIME = "application/json"
+
+// resources are one endpoint's resources.
+type resources struct {
+	a       *adapter
+	device  string            // DeviceURI
+	readers map[string]string // reading URI → read_* tool
+	subs    *subscriptions
+}
+
+func newResources(a *adapter, s *server.MCPServer, hooks *server.Hooks) *resources {
+	id := a.m.Device.ID
+	r := &resources{a: a, device: DeviceURI(id), readers: map[string]string{}, subs: newSubscriptions(a.opts.Logger)}
+	s.AddResource(mcp.NewResource(r.device, "device",
+		mcp.WithResourceTitle("Device "+id),
+		mcp.WithResourceDescription("What this device is and where: id, type, vendor, model, location, profile, and its capabilities with their tools."),
+		mcp.WithMIMEType(jsonMIME)), r.readDevice)
+	for _, t := range a.surface.Tools() {
+		if t.Kind != engine.ToolRead {
+			continue
+		}
+		c := t.Capability
+		uri := ReadingURI(id, c.Name)
+		r.readers[uri] = t.Name
+		s.AddResource(mcp.NewResource(uri, c.Name,
+			mcp.WithResourceTitle(readingTitle(c)),
+			mcp.WithResourceDescription(c.Description+" The current reading, as "+t.Name+" answers it (value, unit, timestamp, quality); subscribe for changes."),
+			mcp.WithMIMEType(jsonMIME)), r.readReading)
+	}
+	hooks.AddOnRequestInitialization(r.gate)
+	hooks.AddAfterListResources(r.filterList)
+	hooks.AddOnRegisterSession(func(_ context.Context, session server.ClientSession) { r.subs.startSession(session.SessionID()) })
+	hooks.AddOnUnregisterSession(func(_ context.Context, session server.ClientSession) { r.subs.endSession(session.SessionID()) })
+	return r
+}
+
+func readingTitle(c *manifest.Capability) string {
+	if c.Unit != "" {
+		return c.Name + " (" + c.Unit + ")"
+	}
+	return c.Name
+}
+
+// readable says whether the caller in ctx may read the reading at uri; an
+// empty tool is not one of this endpoint's readings.
+func (r *resources) readable(ctx context.Context, uri string) (tool string, err error) {
+	tool = r.readers[uri]
+	if tool == "" {
+		return "", nil
+	}
+	caller := r.a.opts.Caller(ctx)
+	if !r.a.e.Permits(tool, caller.Role) {
+		return tool, fmt.Errorf("resource %s is %s, which role %s may not call", uri, tool, roleName(caller.Role))
+	}
+	return tool, nil
+}
+
+func roleName(r manifest.Role) string {
+	if r == "" {
+		return string(manifest.RoleNone)
+	}
+	return string(r)
+}
+
+// filterList leaves out the readings the caller may not read, as tools/list
+// leaves out their tools.
+func (r *resources) filterList(ctx context.Context, _ any, _ *mcp.ListResourcesRequest, res *mcp.ListResourcesResult) {
+	res.Resources = slices.DeleteFunc(res.Resources, func(x mcp.Resource) bool {
+		_, err := r.readable(ctx, x.URI)
+		return err != nil
+	})
+}
+
+func (r *resources) readReading(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+	uri := req.Params.URI
+	tool, err := r.readable(ctx, uri)
+	if err != nil {
+		return nil, err // gate refuses it first; this holds for calls that bypass it
+	}
+	resp, err := r.a.e.Read(ctx, r.a.opts.Caller(ctx), tool)
+	if err != nil {
+		return nil, err
+	}
+	return jsonContents(uri, resp)
+}
+
+func jsonContents(uri string, body any) ([]mcp.ResourceContents, error) {
+	text, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", uri, err)
+	}
+	return []mcp.ResourceContents{mcp.TextResourceContents{URI: uri, MIMEType: jsonMIME, Text: string(text)}}, nil
+}
+
+// DeviceSummary is the device resource's body.
+type DeviceSummary struct {
+	DeviceID       string             `json:"device_id"`
+	Type           string             `json:"type"`
+	Vendor         string             `json:"vendor,omitempty"`
+	Model          string             `json:"model,omitempty"`
+	Location       *manifest.Location `json:"location,omitempty"`
+	Profile        string             `json:"profile"`
+	PromcpBase     string             `json:"promcp_base"`
+	PhysMCPVersion string             `json:"physmcp_version"`
+	Group          string             `json:"group,omitempty"`
+	Capabilities   []CapabilityEntry  `json:"capabilities"`
+}
+
+// CapabilityEntry is one capability in the device summary.
+type CapabilityEntry struct {
+	Name        string `json:"name"`
+	Kind        string `json:"kind"`
+	Tool        string `json:"tool"`
+	Description string `json:"description"`
+	DataType    string `json:"data_type"`
+	Unit        string `json:"unit,omitempty"`
+	// Resource is the reading's resource (read capabilities).
+	Resource string `json:"resource,omitempty"`
+}
+
+// readDevice summarises the device and the capabilities of this endpoint the
+// caller may use.
+func (r *resources) readDevice(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+	m := r.a.m
+	role := r.a.opts.Caller(ctx).Role
+	sum := DeviceSummary{
+		DeviceID: m.Device.ID, Type: m.Device.Type, Vendor: m.Device.Vendor, Model: m.Device.Model, Location: m.Device.Location,
+		Profile: "full", PromcpBase: promcp.BaseVersion, PhysMCPVersion: m.PhysMCPVersion, Group: r.a.opts.Group,
+		Capabilities: []CapabilityEntry{},
+	}
+	for _, t := range r.a.surface.Tools() {
+		c := t.Capability
+		if c == nil || !r.a.e.Permits(t.Name, role) {
+			continue
+		}
+		entry := CapabilityEntry{Name: c.Name, Kind: string(c.Kind), Tool: t.Name, Description: c.Description, DataType: string(c.DataType), Unit: c.Unit}
+		if t.Kind == engine.ToolRead {
+			entry.Resource = ReadingURI(m.Device.ID, c.Name)
+		}
+		sum.Capabilities = append(sum.Capabilities, entry)
+	}
+	return jsonContents(req.Params.URI, sum)
+}
+
+// gate runs before mcp-go handles a request. It refuses resources/read and
+// resources/subscribe of a reading the caller may not read, and subscribes
+// or unsubscribes the session (mcp-go only acknowledges those requests);
+// for protocol 2026-07-28 clients, it watches the readings a
+// subscriptions/listen request names for as long as that request lasts
+// (mcp-go's listen path records them nowhere). URIs that are not this
+// endpoint's readings are left to mcp-go.
+func (r *resources) gate(ctx context.Context, _ any, message any) error {
+	raw, ok := message.(json.RawMessage)
+	if !ok || !bytes.Contains(raw, []byte(`"resources/`)) && !bytes.Contains(raw, []byte(`"subscriptions/listen"`)) {
+		return nil
+	}
+	var msg struct {
+		Method string `json:"method"`
+		Params struct {
+			URI           string                 `json:"uri"`
+			Notifications mcp.SubscriptionFilter `json:"notifications"`
+			Meta          map[string]any         `json:"_meta"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(raw, &msg) != nil {
+		return nil // mcp-go answers the malformed request
+	}
+	uri := msg.Params.URI
+	_, modern := msg.Params.Meta[mcp.MetaKeyProtocolVersion]
+	switch mcp.MCPMethod(msg.Method) {
+	case mcp.MethodResourcesRead:
+		_, err := r.readable(ctx, uri)
+		return err
+	case mcp.MethodResourcesSubscribe:
+		if modern {
+			return nil // removed in 2026-07-28: mcp-go refuses it
+		}
+		return r.subscribe(ctx, uri)
+	case mcp.MethodResourcesUnsubscribe:
+		if session := server.ClientSessionFromContext(ctx); session != nil && !modern {
+			r.subs.remove(session.SessionID(), uri)
+		}
+	case mcp.MethodSubscriptionsListen:
+		return r.listen(ctx, msg.Params.Notifications.ResourceSubscriptions)
+	}
+	return nil
+}
+
+// watch starts watching the reading behind tool for the caller in ctx, at
+// the pace its manifest declares.
+func (r *resources) watch(ctx context.Context, uri, tool string) (*engine.Watch, error) {
+	c := r.a.surface.Capability(tool)
+	w, err := r.a.e.Watch(ctx, r.a.opts.Caller(ctx), tool, engine.WatchOptions{Deadband: c.ChangeDeadband(), MinInterval: c.MinUpdateInterval()})
+	if err != nil {
+		if errors.Is(err, engine.ErrTooManyWatches) {
+			return nil, fmt.Errorf("%s: %w; unsubscribe from something first", uri, err)
+		}
+		return nil, fmt.Errorf("%s: %w", uri, err)
+	}
+	return w, nil
+}
+
+// listen watches the readings among uris for the subscriptions/listen
+// request in ctx, until it ends.
+func (r *resources) listen(ctx context.Context, uris []string) error {
+	session := server.ClientSessionFromContext(ctx)
+	if session == nil {
+		return nil // mcp-go refuses a listen without a session
+	}
+	type sub struct{ uri, tool string }
+	var subs []sub
+	for _, uri := range uris {
+		tool, err := r.readable(ctx, uri)
+		if err != nil {
+			return err
+		}
+		if tool != "" && !slices.ContainsFunc(subs, func(s sub) bool { return s.uri == uri }) {
+			subs = append(subs, sub{uri, tool})
+		}
+	}
+	if len(subs) > MaxSubscriptionsPerSession {
+		return fmt.Errorf("subscriptions/listen names %d readings; one stream may watch at most %d", len(subs), MaxSubscriptionsPerSession)
+	}
+	var watches []*engine.Watch
+	stop := func() {
+		for _, w := range watches {
+			w.Stop()
+		}
+	}
+	for _, s := range subs {
+		w, err := r.watch(ctx, s.uri, s.tool)
+		if err != nil {
+			stop()
+			return err
+		}
+		watches = append(watches, w)
+	}
+	for i, w := range watches {
+		go r.subs.forward(session, subs[i].uri, w)
+	}
+	context.AfterFunc(ctx, stop)
+	return nil
+}
+
+// subscribe starts watching the reading at uri for the session in ctx.
+func (r *resources) subscribe(ctx context.Context, uri string) error {
+	if uri == r.device {
+		return nil // the device resource does not change while it is served
+	}
+	tool, err := r.readable(ctx, uri)
+	if err != nil || tool == "" {
+		return err
+	}
+	session := server.ClientSessionFromContext(ctx)
+	if session == nil || session.SessionID() == "" {
+		return nil // no session to notify (mcp-go refuses subscribe without one)
+	}
+	if r.subs.has(session.SessionID(), uri) {
+		return nil
+	}
+	w, err := r.watch(ctx, uri, tool)
+	if err != nil {
+		return err
+	}
+	return r.subs.add(session, uri, w)
+}
