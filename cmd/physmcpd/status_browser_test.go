@@ -19,8 +19,6 @@ import (
 // chromium is Debian's browser, which .ci/setup.d/80-chromium.sh installs.
 const chromium = "/usr/bin/chromium"
 
-const operatorToken = "operator-example-token-do-not-use"
-
 // TestStatusPageInChromium opens the status page of the simulated example in
 // headless Chromium as a technician would: the page asks for the token, then
 // shows a refused call in the audit tail, the cooldown of do_heater_setpoint
