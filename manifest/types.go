@@ -83,12 +83,21 @@ type Protocol struct {
 	At Positions `yaml:"-"`
 }
 
-// Mesh configures peer discovery (parsed now, used by a later release).
+// Mesh configures membership in the PhysMCP mesh (package mesh; docs/mesh.md).
 type Mesh struct {
 	Enabled             bool     `yaml:"enabled"`
 	SeedPeers           []string `yaml:"seed_peers"`
 	MaxPeers            int      `yaml:"max_peers"`
 	HeartbeatIntervalMs int      `yaml:"heartbeat_interval_ms"`
+	// BindAddress and BindPort are where gossip listens (UDP and TCP).
+	BindAddress string `yaml:"bind_address"`
+	BindPort    *int   `yaml:"bind_port"`
+	// AdvertiseAddress is the address peers use for this node (gossip and,
+	// when --http listens on every interface, the MCP endpoint).
+	AdvertiseAddress string `yaml:"advertise_address"`
+	MDNS             *bool  `yaml:"mdns"`
+	// KeyFile holds the gossip keyring; relative to the manifest's directory.
+	KeyFile string `yaml:"key_file"`
 
 	At Positions `yaml:"-"`
 }

@@ -126,16 +126,8 @@ func (v *validator) network(n *Network) {
 			v.errorf(p.At.Of("mcp_port"), path+".mcp_port", "must be a TCP port 1..65535, got %d", p.MCPPort)
 		}
 	}
-	if ms := n.Mesh; ms != nil {
-		if ms.Enabled {
-			v.errorf(ms.At.Of("enabled"), "network.mesh.enabled", "this release of physmcpd cannot join a mesh yet; set enabled: false (or remove network.mesh) until it can, rather than expect peers it will never contact")
-		}
-		if ms.MaxPeers < 0 {
-			v.errorf(ms.At.Of("max_peers"), "network.mesh.max_peers", "must not be negative, got %d", ms.MaxPeers)
-		}
-		if ms.HeartbeatIntervalMs < 0 {
-			v.errorf(ms.At.Of("heartbeat_interval_ms"), "network.mesh.heartbeat_interval_ms", "must not be negative, got %d", ms.HeartbeatIntervalMs)
-		}
+	if n.Mesh != nil {
+		v.mesh(n.Mesh)
 	}
 }
 

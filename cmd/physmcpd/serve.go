@@ -122,6 +122,10 @@ func serve(ctx context.Context, cfg serveConfig, stdin io.Reader, stdout, stderr
 		logger.Error("cannot serve", "err", err)
 		return 1
 	}
+	if err := checkMesh(cfg, m); err != nil {
+		logger.Error("cannot serve", "err", err)
+		return 1
+	}
 	if p == nil {
 		logger.Warn("no --policy given: every caller has role none, so tools that need a role are refused")
 	}

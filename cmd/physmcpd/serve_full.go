@@ -90,7 +90,7 @@ func serveMCP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *en
 			return 1
 		}
 		h := mcpserver.NewEndpointsHandler(eps, logger, cfg.access.sessionLimits())
-		return serveHTTP(ctx, cfg, h, statusAPI(e, dur.trail, local, logger, h), acc, e.Health, logger)
+		return serveHTTP(ctx, cfg, prof, e, h, statusAPI(e, dur.trail, local, logger, h), acc, logger)
 	}
 	s, lim := eps[0].Server, streamLimits(prof)
 	return serveStream(ctx, cfg, e, func(ctx context.Context, in io.Reader, out io.Writer) error {
@@ -102,19 +102,32 @@ func streamLimits(p profiles.Profile) mcpserver.StreamLimits {
 	return mcpserver.StreamLimits{Workers: p.Workers, Queue: p.Queue, MaxMessageBytes: p.MaxMessageBytes}
 }
 
-// serveHTTP serves h, and api in front of it (the status page's data,
-// authenticated as h is), until ctx ends.
-func serveHTTP(ctx context.Context, cfg serveConfig, h *mcpserver.HTTPHandler, api http.Handler, acc mcpserver.Access, health func(context.Context) error, logger *slog.Logger) int {
+// serveHTTP serves h, and api in front of it (the status page's data and
+// PhysMCP's extension methods, authenticated as h is), until ctx ends. A
+// mesh node joins the mesh once it listens (its metadata names the endpoint).
+func serveHTTP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *engine.Engine, h *mcpserver.HTTPHandler, api http.Handler, acc mcpserver.Access, logger *slog.Logger) int {
 	ln, err := net.Listen("tcp", cfg.httpAddr)
 	if err != nil {
 		logger.Error("cannot listen", "addr", cfg.httpAddr, "err", err)
 		return 1
 	}
-	srv := mcpserver.NewHTTPServer(mcpserver.Health(health, logger, mcpserver.StatusPage(mcpserver.Protect(api, acc))))
-	done := make(chan error, 1)
 	scheme := "http"
 	if cfg.access.tls() {
 		scheme = "https"
+	}
+	ms, err := startMesh(e.Manifest(), prof.Name, ln.Addr(), scheme, logger)
+	if err != nil {
+		ln.Close()
+		logger.Error("cannot join the mesh", "err", err)
+		return 1
+	}
+	if ms != nil {
+		defer ms.Close()
+	}
+	api = mcpserver.WithMethods(api, meshMethods(e.Manifest(), prof.Name, ms))
+	srv := mcpserver.NewHTTPServer(mcpserver.Health(e.Health, logger, mcpserver.StatusPage(mcpserver.Protect(api, acc))))
+	done := make(chan error, 1)
+	if cfg.access.tls() {
 		srv.TLSConfig = mcpserver.TLSConfig(acc)
 		go func() { done <- srv.ServeTLS(ln, cfg.access.tlsCert, cfg.access.tlsKey) }()
 	} else {
@@ -122,7 +135,7 @@ func serveHTTP(ctx context.Context, cfg serveConfig, h *mcpserver.HTTPHandler, a
 	}
 	logger.Info("listening", "url", scheme+"://"+ln.Addr().String()+mcpserver.EndpointPath, "status_page", scheme+"://"+ln.Addr().String()+mcpserver.StatusPath,
 		"max_sessions", cfg.access.maxSessions, "session_idle_timeout", cfg.access.sessionIdle, "body_timeout", cfg.access.bodyTimeout)
-	stopping := notifyReady(ctx, health, logger)
+	stopping := notifyReady(ctx, e.Health, logger)
 	defer stopping()
 
 	select {

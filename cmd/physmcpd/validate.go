@@ -56,6 +56,7 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		diags = append(diags, pd...)
 	}
 	diags = append(diags, identityFileDiags(p)...)
+	diags = append(diags, meshKeyDiags(m)...)
 	if diags.HasErrors() {
 		fmt.Fprint(stderr, diags.String())
 		if m == nil && *policyPath != "" {

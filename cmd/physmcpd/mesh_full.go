@@ -1,0 +1,95 @@
+//go:build !lite
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+
+	"github.com/physmcp/physmcpd/manifest"
+	"github.com/physmcp/physmcpd/mcpserver"
+	"github.com/physmcp/physmcpd/mesh"
+)
+
+// startMesh joins the mesh when the manifest enables it (nil, nil when not).
+// It runs once the HTTP listener is up, because a node's metadata carries
+// its MCP endpoint: the listener's address, or network.mesh.advertise_address
+// when it listens on every interface.
+func startMesh(m *manifest.Manifest, profile string, ln net.Addr, scheme string, logger *slog.Logger) (*mesh.Mesh, error) {
+	ms := meshOf(m)
+	if ms == nil {
+		return nil, nil
+	}
+	keys, err := ms.LoadKeys(m.File)
+	if err != nil {
+		return nil, fmt.Errorf("network.mesh.key_file: %v", err)
+	}
+	endpoint, err := endpointURL(scheme, ln, ms.AdvertiseAddress)
+	if err != nil {
+		return nil, err
+	}
+	zone := ""
+	if loc := m.Device.Location; loc != nil {
+		zone = loc.Zone
+	}
+	return mesh.Start(mesh.Config{
+		DeviceID: m.Device.ID, Zone: zone, Profile: profile, Endpoint: endpoint,
+		CapsHash: mesh.Describe(m, profile).CapsHash, Tags: mesh.Digest(mesh.MatchWords(m)),
+		BindAddr: ms.Bind(), BindPort: ms.Port(), AdvertiseAddr: ms.AdvertiseAddress,
+		SeedPeers: ms.SeedPeers, MaxPeers: ms.Peers(), HeartbeatInterval: ms.HeartbeatInterval(),
+		MDNS: ms.MDNSEnabled(), Keys: keys, Logger: logger,
+	})
+}
+
+// endpointURL is where peers call this node's MCP endpoint.
+func endpointURL(scheme string, ln net.Addr, advertise string) (string, error) {
+	tcp, ok := ln.(*net.TCPAddr)
+	if !ok {
+		return "", fmt.Errorf("mesh: the HTTP listener %s is not TCP", ln)
+	}
+	host := tcp.IP.String()
+	if tcp.IP.IsUnspecified() {
+		if advertise == "" {
+			return "", errors.New("network.mesh.advertise_address: --http listens on every interface, so name the address peers should call this node at")
+		}
+		host = advertise
+	}
+	u := url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(tcp.Port)), Path: mcpserver.EndpointPath}
+	return u.String(), nil
+}
+
+// meshMethods are PhysMCP's extension methods on the MCP endpoint. With the
+// mesh off (ms nil) physmcp/manifest still answers and the others say so.
+func meshMethods(m *manifest.Manifest, profile string, ms *mesh.Mesh) map[string]mcpserver.Method {
+	doc := mesh.Describe(m, profile)
+	off := map[string]any{"enabled": false, "partition_state": mesh.PartitionNone}
+	return map[string]mcpserver.Method{
+		"physmcp/manifest": func(context.Context, json.RawMessage) (any, error) { return doc, nil },
+		"physmcp/mesh_status": func(context.Context, json.RawMessage) (any, error) {
+			if ms == nil {
+				return off, nil
+			}
+			return ms.Status(), nil
+		},
+		"physmcp/list_peers": func(context.Context, json.RawMessage) (any, error) {
+			if ms == nil {
+				return listPeers{Peers: []mesh.Peer{}}, nil
+			}
+			self := ms.Self()
+			return listPeers{Self: &self, Peers: ms.Peers()}, nil
+		},
+	}
+}
+
+// listPeers is physmcp/list_peers' answer: this node and the peers it knows,
+// dead and departed ones included (for ten minutes) with their state.
+type listPeers struct {
+	Self  *mesh.Peer  `json:"self,omitempty"`
+	Peers []mesh.Peer `json:"peers"`
+}

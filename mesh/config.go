@@ -1,0 +1,179 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"math"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Config is one node's membership configuration. serve builds it from the
+// manifest's network.mesh and the device; tests build it directly.
+type Config struct {
+	// NodeID names the node in the mesh; default DeviceID. It must be
+	// unique: a second node claiming it is refused (and logged).
+	NodeID   string
+	DeviceID string
+	Zone     string
+	Profile  string
+	// Endpoint is the node's MCP endpoint URL ("" when it serves none).
+	Endpoint string
+	// CapsHash and Tags describe the device (Describe, Digest(MatchWords)).
+	CapsHash string
+	Tags     TagDigest
+
+	// BindAddr and BindPort are where gossip listens, UDP and TCP; port 0
+	// picks a free one. AdvertiseAddr is the address peers are told (default:
+	// BindAddr, or a private address of this host when BindAddr is 0.0.0.0).
+	BindAddr      string
+	BindPort      int
+	AdvertiseAddr string
+	// SeedPeers are HOST or HOST:PORT (default port 7946), joined first.
+	SeedPeers []string
+	// MaxPeers bounds this node's member list; further nodes are refused.
+	MaxPeers int
+	// HeartbeatInterval is PhysMCP's heartbeat_interval_ms (see Timing).
+	HeartbeatInterval time.Duration
+	// MDNS advertises and browses _physmcp._tcp.
+	MDNS bool
+	// Keys is the gossip keyring (AES keys), the first one used to send;
+	// nil sends in the clear (loopback only: manifest validation insists).
+	Keys [][]byte
+
+	Logger *slog.Logger
+}
+
+// Timing is how PhysMCP's heartbeat semantics map onto memberlist's SWIM
+// failure detector for a mesh of n nodes (including this one).
+//
+// A heartbeat is one probe round: every Interval each node probes one peer
+// (round robin over a shuffled list), so with n nodes each peer is probed
+// about once per Interval by someone. A probe is a UDP ping answered within
+// ProbeTimeout, else three indirect pings through other peers and a TCP ping,
+// all within the Interval: a failed probe is several missed heartbeats at
+// once, and memberlist marks the peer suspect after the first one.
+// PhysMCP's "3 misses → suspected" is therefore a bound, SuspectWithin =
+// 3·Interval from the death to the first failed probe, not a counter.
+// PhysMCP's "5 misses → dead" is the suspicion timeout: a suspect that does
+// not refute within DeadAfter = 2·Interval·max(1, log10 n) of the
+// suspicion is declared dead (SuspicionMult 2, and SuspicionMaxTimeoutMult 1
+// so that the timeout does not wait for confirmations a small mesh cannot
+// give), so dead within 5 heartbeats of the death in meshes under 10 nodes.
+type Timing struct {
+	Interval      time.Duration
+	ProbeTimeout  time.Duration
+	SuspectWithin time.Duration
+	DeadAfter     time.Duration
+}
+
+// suspicionMult sets DeadAfter to 2 heartbeats (times log10 n from 10 nodes on).
+const suspicionMult = 2
+
+// TimingFor returns the timing of a mesh of n nodes with heartbeat interval hb.
+func TimingFor(hb time.Duration, n int) Timing {
+	scale := math.Max(1, math.Log10(math.Max(1, float64(n))))
+	return Timing{
+		Interval:      hb,
+		ProbeTimeout:  hb / 2,
+		SuspectWithin: 3 * hb,
+		DeadAfter:     time.Duration(float64(suspicionMult*hb) * scale),
+	}
+}
+
+func (c *Config) check() error {
+	if c.DeviceID == "" {
+		return errors.New("mesh: no device id")
+	}
+	if c.NodeID == "" {
+		c.NodeID = c.DeviceID
+	}
+	if c.HeartbeatInterval <= 0 {
+		return errors.New("mesh: the heartbeat interval must be positive")
+	}
+	if c.MaxPeers <= 0 {
+		return errors.New("mesh: max peers must be positive")
+	}
+	if c.BindAddr == "" {
+		c.BindAddr = "0.0.0.0"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if len(c.Keys) > 0 {
+		if _, err := memberlist.NewKeyring(c.Keys, c.Keys[0]); err != nil {
+			return fmt.Errorf("mesh: keyring: %v", err)
+		}
+	}
+	return nil
+}
+
+// memberlistConfig maps c onto memberlist (the mapping of Timing).
+func (c *Config) memberlistConfig() (*memberlist.Config, error) {
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = c.NodeID
+	mc.BindAddr, mc.BindPort = c.BindAddr, c.BindPort
+	mc.AdvertiseAddr, mc.AdvertisePort = c.AdvertiseAddr, c.BindPort
+	t := TimingFor(c.HeartbeatInterval, 1)
+	mc.ProbeInterval = t.Interval
+	mc.ProbeTimeout = t.ProbeTimeout
+	mc.SuspicionMult = suspicionMult
+	mc.SuspicionMaxTimeoutMult = 1
+	// Gossip five times per heartbeat, so news outruns the next probe.
+	mc.GossipInterval = max(c.HeartbeatInterval/5, 20*time.Millisecond)
+	// A join or a TCP ping that takes two heartbeats has failed.
+	mc.TCPTimeout = max(2*c.HeartbeatInterval, time.Second)
+	// A device that comes back at another address may take its name back
+	// once its old self has been dead for a while.
+	mc.DeadNodeReclaimTime = 10 * c.HeartbeatInterval
+	// Labelled packets: a memberlist cluster of another program on the
+	// same port is not mistaken for a mesh.
+	mc.Label = "physmcp"
+	if len(c.Keys) > 0 {
+		kr, err := memberlist.NewKeyring(c.Keys, c.Keys[0])
+		if err != nil {
+			return nil, err
+		}
+		mc.Keyring = kr
+	}
+	mc.Logger = log.New(&levelWriter{log: c.Logger}, "", 0)
+	return mc, nil
+}
+
+// levelWriter forwards the "[LEVEL] text" lines of memberlist's and mdns's
+// loggers to slog at that level; the chatty ones at debug.
+type levelWriter struct{ log *slog.Logger }
+
+var _ io.Writer = (*levelWriter)(nil)
+
+func (w *levelWriter) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	level := slog.LevelInfo
+	for prefix, l := range map[string]slog.Level{"[DEBUG]": slog.LevelDebug, "[INFO]": slog.LevelDebug,
+		"[WARN]": slog.LevelWarn, "[ERR]": slog.LevelWarn, "[ERROR]": slog.LevelWarn} {
+		if rest, ok := strings.CutPrefix(line, prefix); ok {
+			line, level = strings.TrimSpace(rest), l
+			break
+		}
+	}
+	w.log.Log(context.Background(), level, "mesh: "+line)
+	return len(p), nil
+}
+
+// seedAddr adds the default port to a seed given as HOST.
+func seedAddr(s string) string {
+	if _, _, err := net.SplitHostPort(s); err == nil {
+		return s
+	}
+	return net.JoinHostPort(strings.Trim(s, "[]"), fmt.Sprint(DefaultPort))
+}
+
+// DefaultPort is the gossip port when none is given.
+const DefaultPort = 7946

@@ -1,0 +1,209 @@
+package mesh
+
+import (
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testKey is a fresh keyring per test: meshes of tests running at the same
+// time on this host (mDNS reaches them all) never merge.
+func testKey(t testing.TB) [][]byte {
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		t.Fatal(err)
+	}
+	return [][]byte{k}
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if os.Getenv("MESH_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+func startNode(t testing.TB, name, zone string, keys [][]byte, hb time.Duration, seeds ...string) *Mesh {
+	t.Helper()
+	m, err := Start(Config{
+		DeviceID: name, Zone: zone, Profile: "full", Endpoint: "http://127.0.0.1:1/mcp", CapsHash: "c0ffee",
+		Tags: Digest([]string{"temperature", "loc:" + zone}), BindAddr: "127.0.0.1", BindPort: 0,
+		SeedPeers: seeds, MaxPeers: 32, HeartbeatInterval: hb, Keys: keys, Logger: testLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > d {
+			t.Fatalf("%s: not within %s", what, d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func TestSeedDiscoveryAndFailure(t *testing.T) {
+	const hb = 200 * time.Millisecond
+	keys := testKey(t)
+	a := startNode(t, "node_a", "north", keys, hb)
+	seed := a.Self().Addr
+	b := startNode(t, "node_b", "north", keys, hb, seed)
+	c := startNode(t, "node_c", "south", keys, hb, seed)
+	took := waitFor(t, 5*time.Second, "3 nodes converge", func() bool {
+		return a.Alive("") == 2 && b.Alive("") == 2 && c.Alive("") == 2
+	})
+	t.Logf("3 nodes converged in %s", took)
+	if got := a.Alive("north"); got != 1 {
+		t.Errorf("Alive(north) on a = %d, want 1 (b; a itself is not counted)", got)
+	}
+	p, ok := a.Peer("node_c")
+	if !ok || p.Zone != "south" || p.Endpoint != "http://127.0.0.1:1/mcp" || p.CapsHash != "c0ffee" || !p.Tags.MayHave("temperature") || p.Tags.MayHave("humidity") && p.Tags.MayHave("pressure") {
+		t.Errorf("a sees c as %+v", p)
+	}
+	if s := a.SizeEstimate(); s != 3 {
+		t.Errorf("SizeEstimate = %d, want 3", s)
+	}
+
+	// c fails without a goodbye: a must suspect it, then declare it dead.
+	events, cancel := a.Subscribe(16)
+	defer cancel()
+	killed := time.Now()
+	c.crash()
+	tm := a.Timing()
+	var suspectAt, deadAt time.Duration
+	for deadAt == 0 {
+		select {
+		case ev := <-events:
+			if ev.Kind != PeerChanged || ev.Peer.NodeID != "node_c" {
+				continue
+			}
+			switch ev.Peer.State {
+			case Suspect:
+				suspectAt = ev.At.Sub(killed)
+			case Dead:
+				deadAt = ev.At.Sub(killed)
+			}
+		case <-time.After(10 * tm.Interval):
+			t.Fatalf("c not declared dead within 10 heartbeats")
+		}
+	}
+	t.Logf("heartbeat %s: suspected after %s (bound %s), dead after %s (bound %s)", hb, suspectAt, tm.SuspectWithin, deadAt, tm.SuspectWithin+tm.DeadAfter)
+	if suspectAt == 0 || suspectAt > deadAt {
+		t.Errorf("c was not suspected before it was dead")
+	}
+	// Last seen alive: no later than the suspicion (to within a watch tick).
+	if p, _ := a.Peer("node_c"); p.State != Dead || p.LastSeen.After(killed.Add(suspectAt+tm.Interval/4)) {
+		t.Errorf("c after death: %+v", p)
+	}
+	if got := a.Alive(""); got != 1 {
+		t.Errorf("Alive after c died = %d, want 1", got)
+	}
+}
+
+func TestLeaveIsNotDeath(t *testing.T) {
+	const hb = 200 * time.Millisecond
+	keys := testKey(t)
+	a := startNode(t, "node_a", "z", keys, hb)
+	b := startNode(t, "node_b", "z", keys, hb, a.Self().Addr)
+	waitFor(t, 5*time.Second, "converge", func() bool { return a.Alive("") == 1 })
+	b.Close()
+	waitFor(t, 5*time.Second, "b left", func() bool { p, _ := a.Peer("node_b"); return p.State == Left })
+}
+
+func TestForeignKeyIsRefused(t *testing.T) {
+	const hb = 200 * time.Millisecond
+	a := startNode(t, "node_a", "z", testKey(t), hb)
+	b := startNode(t, "node_b", "z", testKey(t), hb, a.Self().Addr)
+	time.Sleep(5 * hb)
+	if a.Alive("") != 0 || b.Alive("") != 0 {
+		t.Fatalf("nodes with different keys joined: a sees %v, b sees %v", a.Peers(), b.Peers())
+	}
+}
+
+func TestMaxPeers(t *testing.T) {
+	const hb = 200 * time.Millisecond
+	keys := testKey(t)
+	a, err := Start(Config{DeviceID: "node_a", BindAddr: "127.0.0.1", MaxPeers: 1, HeartbeatInterval: hb, Keys: keys, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	startNode(t, "node_b", "z", keys, hb, a.Self().Addr)
+	waitFor(t, 5*time.Second, "b joins", func() bool { return a.Alive("") == 1 })
+	startNode(t, "node_c", "z", keys, hb, a.Self().Addr)
+	time.Sleep(5 * hb)
+	if _, ok := a.Peer("node_c"); ok || a.Alive("") != 1 {
+		t.Fatalf("max_peers 1 admitted a second peer: %v", a.Peers())
+	}
+}
+
+func TestMetaFitsAndRefusesTooLong(t *testing.T) {
+	nm := nodeMeta{V: metaVersion, Device: strings.Repeat("d", 64), Zone: strings.Repeat("z", 64), Profile: "full",
+		Endpoint: "https://" + strings.Repeat("h", 100) + ":8765/mcp/group", CapsHash: strings.Repeat("0", 32)}
+	b, err := nm.encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("metadata with long fields: %d bytes of %d", len(b), MaxMetaBytes)
+	nm.Endpoint = "https://" + strings.Repeat("h", 400)
+	if _, err := nm.encode(); err == nil {
+		t.Fatal("metadata over 512 bytes accepted")
+	}
+	got, err := decodeMeta(b)
+	if err != nil || got.Device != nm.Device {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	for _, bad := range []string{"", "{", `{"v":2,"d":"x"}`, `{"v":1}`} {
+		if _, err := decodeMeta([]byte(bad)); err == nil {
+			t.Errorf("decodeMeta(%q) accepted", bad)
+		}
+	}
+}
+
+func TestTagDigest(t *testing.T) {
+	words := []string{"temperature", "air", "greenhouse", "loc:north_bay"}
+	d := Digest(words)
+	for _, w := range words {
+		if !d.MayHave(w) || !d.MayHave(strings.ToUpper(w)) {
+			t.Errorf("digest lacks %q", w)
+		}
+	}
+	fp := 0
+	for i := range 1000 {
+		if d.MayHave(fmt.Sprint("absent-", i)) {
+			fp++
+		}
+	}
+	if fp > 10 {
+		t.Errorf("%d false positives in 1000 with 4 words", fp)
+	}
+	txt, _ := d.MarshalText()
+	var back TagDigest
+	if err := back.UnmarshalText(txt); err != nil || back != d || len(txt) != 43 {
+		t.Errorf("text round trip: %q %v", txt, err)
+	}
+}
+
+// crash stops m the way SIGKILL would: no goodbye to the peers.
+func (m *Mesh) crash() {
+	m.closed.Do(func() {
+		close(m.stop)
+		m.stopped.Wait()
+		if m.mdns != nil {
+			m.mdns.Shutdown()
+		}
+		m.ml.Shutdown()
+	})
+}
