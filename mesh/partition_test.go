@@ -24,7 +24,7 @@ func TestPartitionDetector(t *testing.T) {
 		{40, 4, PartitionHealing, false},
 		{40.5, 4, PartitionNone, false}, // all back
 		{200, 4, PartitionNone, false},
-		{201, 2, PartitionSuspected, false}, // majority side of a 3 + 2 split
+		{201, 2, PartitionSuspected, false},  // majority side of a 3 + 2 split
 		{201 + 600, 2, PartitionNone, false}, // nobody back for 10 minutes: the new normal
 		{1000, 2, PartitionNone, false},
 	}
