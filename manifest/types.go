@@ -25,6 +25,7 @@ type Manifest struct {
 	// Operations are the capabilities of kind start and sequence (operation.go).
 	Operations []*Operation `yaml:"-"`
 	Audit      *Audit       `yaml:"audit"`
+	Telemetry  *Telemetry   `yaml:"telemetry"`
 	SafeState  *SafeState   `yaml:"safe_state"`
 	// Profile is full (default) or lite; the command line may override it.
 	Profile string `yaml:"profile"`

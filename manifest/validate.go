@@ -87,6 +87,9 @@ func (v *validator) run() {
 			v.remoteSink(m.Audit, rs)
 		}
 	}
+	if m.Telemetry != nil {
+		v.telemetry(m.Telemetry)
+	}
 	if m.SafeState != nil {
 		v.safeState(m)
 	}

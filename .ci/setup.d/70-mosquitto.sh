@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Debian's mosquitto for the MQTT tests (audit/sink, telemetry through internal/mosquitto), which start
-# its own broker on a free port and restarts it. Idempotent.
+# Debian's mosquitto for the MQTT tests (audit/sink, telemetry, serve; internal/mosquitto), which start
+# their own broker on a free port and restart it. Idempotent.
 set -euo pipefail
 if [ ! -x /usr/sbin/mosquitto ]; then
   for try in 1 2 3; do apt-get update -qq && break || sleep 5; done

@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	mqtt "github.com/eclipse/paho.mqtt.golang"
-
 	"github.com/physmcp/physmcpd/audit"
 	"github.com/physmcp/physmcpd/internal/mosquitto"
 	"github.com/physmcp/physmcpd/manifest"
@@ -291,25 +289,7 @@ func TestMQTTBrokerRestart(t *testing.T) {
 	addr := broker.Addr
 
 	var got received
-	subscribed := make(chan struct{}, 1)
-	sub := mqtt.NewClient(mqtt.NewClientOptions().
-		AddBroker("tcp://" + addr).
-		SetClientID("physmcpd-audit-test-receiver").
-		SetCleanSession(false).
-		SetAutoReconnect(true).
-		SetMaxReconnectInterval(100 * time.Millisecond).
-		SetOnConnectHandler(func(c mqtt.Client) {
-			c.Subscribe("site/greenhouse/audit", 1, func(_ mqtt.Client, m mqtt.Message) { got.add(string(m.Payload())) }).Wait()
-			select {
-			case subscribed <- struct{}{}:
-			default:
-			}
-		}))
-	if tok := sub.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("receiver connect: %v", tok.Error())
-	}
-	defer sub.Disconnect(0)
-	<-subscribed
+	mosquitto.SubscribeFunc(t, addr, "physmcpd-audit-test-receiver", "site/greenhouse/audit", func(m mosquitto.Message) { got.add(m.Payload) })
 
 	tr := newTrail(t)
 	tr.start(&manifest.RemoteSink{Type: "mqtt", Address: "mqtt://" + addr + "/site/greenhouse/audit"})

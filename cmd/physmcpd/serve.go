@@ -147,6 +147,12 @@ func serve(ctx context.Context, cfg serveConfig, stdin io.Reader, stdout, stderr
 		}
 	}()
 	defer guardSafeState(ctx, e, logger)()
+	stopTelemetry, err := startTelemetry(e, logger)
+	if err != nil {
+		logger.Error("cannot publish telemetry", "err", err)
+		return 1
+	}
+	defer stopTelemetry()
 	dur.recoverAudit(logger) // after the start-up safe state has settled in-doubt keys
 
 	local := engine.Caller{Identity: "local", Role: p.LocalRole()}

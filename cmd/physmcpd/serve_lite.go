@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -78,6 +79,15 @@ func openDurable(serveConfig, profiles.Profile, *manifest.Manifest, *slog.Logger
 
 func (*durable) close(*slog.Logger)        {}
 func (*durable) recoverAudit(*slog.Logger) {}
+
+// startTelemetry refuses a manifest that asks for telemetry: the Lite build
+// has no network client.
+func startTelemetry(e *engine.Engine, _ *slog.Logger) (func(), error) {
+	if e.Manifest().Telemetry != nil {
+		return nil, errors.New("telemetry.mqtt: this is the lite build of physmcpd, which publishes no telemetry; use the full build (physmcpd-TARGET)")
+	}
+	return func() {}, nil
+}
 
 // serveMCP serves e's read_* and can_do tools through litemcp under the
 // profile's bounds.

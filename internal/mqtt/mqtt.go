@@ -109,6 +109,8 @@ func (c *Client) publish(ctx context.Context, deadline time.Time, msgs []Message
 	if err := c.conn.SetDeadline(deadline); err != nil {
 		return err
 	}
+	conn := c.conn
+	defer context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })() // cancelled: stop waiting now
 	var ids []uint16
 	w := bufio.NewWriter(c.conn)
 	for _, m := range msgs {
@@ -149,7 +151,8 @@ func (c *Client) publish(ctx context.Context, deadline time.Time, msgs []Message
 // found now, before publishing, rather than by a QoS 0 message written into
 // a connection the broker has already closed.
 func (c *Client) alive() bool {
-	if c.conn.SetReadDeadline(time.Now()) != nil {
+	// A deadline already past would fail the read before it looks.
+	if c.conn.SetReadDeadline(time.Now().Add(time.Millisecond)) != nil {
 		return false
 	}
 	_, err := c.r.Peek(1)
