@@ -169,18 +169,29 @@ func classify(err error) outcome {
 	return failed
 }
 
-// record feeds a transaction's outcome to the breaker.
-func (d *device) record(now time.Time, err error) (opened bool) {
+// record feeds a transaction's outcome to the breaker. change is what a
+// DeviceEvent reports, "" when nothing changed (a probe that fails again
+// reopens the breaker without a change).
+func (d *device) record(now time.Time, err error) (opened bool, change string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch classify(err) {
 	case answered:
+		if d.failures > 0 || d.state != closed {
+			change = DeviceReachable
+		}
 		d.state, d.failures, d.lastErr = closed, 0, nil
 	case failed:
 		d.failures++
 		d.lastErr = err
+		if d.failures == 1 {
+			change = DeviceUnreachable
+		}
 		if d.state == probing || d.failures >= BreakerThreshold {
 			opened = d.state != open
+			if d.state == closed {
+				change = DeviceBreakerOpen
+			}
 			d.state, d.openUntil = open, now.Add(BreakerCooloff)
 		}
 	case neutral:
@@ -188,7 +199,7 @@ func (d *device) record(now time.Time, err error) (opened bool) {
 			d.state = open // the probe learnt nothing; the next call probes
 		}
 	}
-	return opened
+	return opened, change
 }
 
 // transact runs one driver transaction for pt through the device's queue and
@@ -210,8 +221,12 @@ func (e *Engine) transact(ctx context.Context, pt *point, f func(context.Context
 			e.log.Error("driver panic recovered", "point", pt.drv.Describe(), "panic", r, "stack", string(debug.Stack()))
 			err = fmt.Errorf("%s: %w: %v", pt.drv.Describe(), ErrDriverPanic, r)
 		}
-		if d.record(e.now(), err) {
+		opened, change := d.record(e.now(), err)
+		if opened {
 			e.log.Warn("circuit breaker opened", "device", d.name, "failures", BreakerThreshold, "cooloff", BreakerCooloff, "err", err)
+		}
+		if change != "" {
+			e.deviceChanged(d, pt, change)
 		}
 	}()
 	return e.timed(ctx, pt, f)

@@ -79,6 +79,7 @@ type Engine struct {
 	ops *operations // start_* operations and sequences (operation.go)
 
 	watches watches // subscriptions to readings (watch.go)
+	events  events  // listeners to device changes (events.go)
 }
 
 // point is a capability bound to its driver, with its read cache and limits.

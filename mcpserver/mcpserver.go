@@ -86,14 +86,17 @@ func New(e *engine.Engine, opts Options) (*server.MCPServer, error) {
 		// Subscriptions are served (resources.go); the list of resources
 		// never changes while the server runs.
 		server.WithResourceCapabilities(true, false),
+		// Refusals and device changes as log messages (logging.go).
+		server.WithLogging(),
 		server.WithHooks(hooks),
 		server.WithRecovery(),
 		server.WithInstructions(mcpcore.Instructions(m)+mcpcore.GroupNote(m, opts.Group)),
 		server.WithExperimental(map[string]any{"promcp": about}),
 		server.WithToolFilter(roleFilter(e, opts.Caller)),
 	)
-	a := &adapter{e: e, opts: opts, m: m, surface: surface, approvals: auth.NewApprovals(opts.Now)}
+	a := &adapter{e: e, opts: opts, m: m, surface: surface, approvals: auth.NewApprovals(opts.Now), server: s}
 	a.resources = newResources(a, s, hooks)
+	e.OnDeviceEvent(a.logDeviceEvent)
 	handlers := map[engine.ToolKind]server.ToolHandlerFunc{engine.ToolRead: a.read, engine.ToolDo: a.do, engine.ToolCanDo: a.canDo,
 		engine.ToolStart: a.start, engine.ToolStatus: a.status, engine.ToolCancel: a.cancel, engine.ToolSequence: a.sequence}
 	// GroupTools lists the tools in the order of the surface's.
@@ -112,10 +115,12 @@ type adapter struct {
 	approvals *auth.Approvals
 	// resources are the device and its readings, with their subscriptions.
 	resources *resources
+	server    *server.MCPServer // for notifications outside mcp-go's handlers
 }
 
 // logged records every call at debug level (the engine logs refusals and
-// writes itself) and calls that fail outright at warn.
+// writes itself) and calls that fail outright at warn, and tells the
+// caller's session of a failed call (logging.go).
 func (a *adapter) logged(h server.ToolHandlerFunc) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		start := time.Now()
@@ -124,6 +129,7 @@ func (a *adapter) logged(h server.ToolHandlerFunc) server.ToolHandlerFunc {
 			a.opts.Logger.Warn("tool call failed", "tool", req.Params.Name, "err", err)
 		} else {
 			a.opts.Logger.Debug("tool call", "tool", req.Params.Name, "is_error", res.IsError, "elapsed", time.Since(start))
+			a.logFailure(ctx, req.Params.Name, res)
 		}
 		return res, err
 	}

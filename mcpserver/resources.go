@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -43,6 +44,7 @@ const jsonMIME = "application/json"
 // resources are one endpoint's resources.
 type resources struct {
 	a       *adapter
+	prefix  string            // physmcp://<device_id>/: the URIs this device owns
 	device  string            // DeviceURI
 	readers map[string]string // reading URI → read_* tool
 	subs    *subscriptions
@@ -50,7 +52,7 @@ type resources struct {
 
 func newResources(a *adapter, s *server.MCPServer, hooks *server.Hooks) *resources {
 	id := a.m.Device.ID
-	r := &resources{a: a, device: DeviceURI(id), readers: map[string]string{}, subs: newSubscriptions(a.opts.Logger)}
+	r := &resources{a: a, prefix: URIScheme + "://" + id + "/", device: DeviceURI(id), readers: map[string]string{}, subs: newSubscriptions(a.opts.Logger)}
 	s.AddResource(mcp.NewResource(r.device, "device",
 		mcp.WithResourceTitle("Device "+id),
 		mcp.WithResourceDescription("What this device is and where: id, type, vendor, model, location, profile, and its capabilities with their tools."),
@@ -82,10 +84,15 @@ func readingTitle(c *manifest.Capability) string {
 }
 
 // readable says whether the caller in ctx may read the reading at uri; an
-// empty tool is not one of this endpoint's readings.
+// empty tool is not one of this endpoint's readings. A URI in the device's
+// namespace that names none of its resources is an error; other URIs are
+// not the adapter's to judge.
 func (r *resources) readable(ctx context.Context, uri string) (tool string, err error) {
 	tool = r.readers[uri]
 	if tool == "" {
+		if strings.HasPrefix(uri, r.prefix) && uri != r.device {
+			return "", fmt.Errorf("no resource %s on this endpoint; resources/list names them", uri)
+		}
 		return "", nil
 	}
 	caller := r.a.opts.Caller(ctx)

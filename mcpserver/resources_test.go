@@ -236,8 +236,8 @@ func TestResourcesListAndRead(t *testing.T) {
 			} else if readErr != nil || subErr != nil {
 				t.Errorf("supervisor on the pressure: %v, %v", readErr, subErr)
 			}
-			if err := subscribe(c, "physmcp://tank_test_01/readings/nothing"); err != nil {
-				t.Logf("subscribing to an unknown reading: %v", err) // mcp-go's to answer
+			if err := subscribe(c, "physmcp://tank_test_01/readings/nothing"); err == nil || !strings.Contains(err.Error(), "no resource physmcp://tank_test_01/readings/nothing") {
+				t.Errorf("subscribing to an unknown reading: %v", err)
 			}
 		})
 	}

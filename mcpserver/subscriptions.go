@@ -56,6 +56,17 @@ func (t *subscriptions) endSession(id string) {
 	}
 }
 
+// sessions lists the sessions mcp-go has registered and not yet ended.
+func (t *subscriptions) sessions() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ids := make([]string, 0, len(t.live))
+	for id := range t.live {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 func (t *subscriptions) has(id, uri string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -62,6 +62,7 @@ var examples = []example{
 // the fixtures binary, which serves the same adapter and transport.
 var productScenarios = []string{
 	"server-initialize", "ping", "tools-list", "server-sse-multiple-streams", "server-sse-polling", "dns-rebinding-protection",
+	"logging-set-level", "resources-list",
 }
 
 // allScenarios is the whole suite; a scenario added or renamed upstream fails

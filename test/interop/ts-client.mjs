@@ -6,10 +6,13 @@
 // Lists the tools, validates every structuredContent against its tool's
 // outputSchema with Ajv (the SDK validates too), and runs the proMCP loop
 // can_do -> read_* -> do_* -> read_* (plus a retry with the same key) on every
-// do_* tool can_do allows. Prints one line per check; exit 0 only when all pass.
+// do_* tool can_do allows. Reads the resources, subscribes to the reading a
+// do_* changes and waits for its update, and sets the log level to see a
+// failed call's log message. Prints one line per check; exit 0 only when all pass.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { LoggingMessageNotificationSchema, ResourceUpdatedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import Ajv from 'ajv';
 import addFormats from 'ajv-formats';
 import { randomUUID } from 'node:crypto';
@@ -46,6 +49,26 @@ check(tools.every((t) => /^(read_|do_)[a-z0-9_]+$|^can_do$/.test(t.name)), 'ever
 check(tools.filter((t) => t.name === 'can_do').length === 1, 'exactly one can_do');
 check(tools.every((t) => t.inputSchema?.type === 'object' && t.outputSchema?.type === 'object'), 'every tool has an input and an output object schema');
 check(tools.every((t) => typeof t.annotations?.readOnlyHint === 'boolean'), 'every tool has explicit annotations');
+
+// Notifications: resource updates by URI, log messages in order.
+const updated = new Map();
+client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => updated.get(n.params.uri)?.(n.params));
+const logs = [];
+let logWaiter;
+client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => { logs.push(n.params); logWaiter?.(); });
+const within = (ms, promise, what) => Promise.race([promise, new Promise((_, no) => setTimeout(() => no(new Error(`${what}: nothing within ${ms} ms`)), ms))]);
+
+// Resources: the device and each reading.
+const caps = client.getServerCapabilities();
+check(caps?.resources?.subscribe === true && caps?.logging !== undefined, `resources (subscribe) and logging declared ${short({ resources: caps?.resources, logging: caps?.logging })}`);
+const { resources } = await client.listResources();
+console.log(`resources: ${resources.map((r) => r.uri).join(', ')}`);
+const deviceRes = resources.find((r) => /^physmcp:\/\/[^/]+\/device$/.test(r.uri));
+check(!!deviceRes, 'the device resource is listed');
+const dev = JSON.parse((await client.readResource({ uri: deviceRes.uri })).contents[0].text);
+check(dev.device_id === about.device_id && Array.isArray(dev.capabilities), `device resource: ${dev.device_id}, ${dev.capabilities.length} capabilities, profile ${dev.profile}`);
+const readingURI = (name) => resources.find((r) => r.uri.endsWith(`/readings/${name}`))?.uri;
+check(tools.filter((t) => t.name.startsWith('read_')).every((t) => readingURI(t.name.slice(5))), 'every read_* has its reading resource');
 
 const ajv = new Ajv({ allErrors: true, strict: false });
 addFormats(ajv);
@@ -87,6 +110,7 @@ function pick(doTool, candidate, current) {
 }
 
 let loops = 0;
+let subscribed = false;
 for (const doTool of tools.filter((t) => t.name.startsWith('do_'))) {
   const subject = doTool.name.slice(3);
   // 1. can_do; a block that clears within 15 s (a cooldown) is waited out, as an agent would.
@@ -111,9 +135,24 @@ for (const doTool of tools.filter((t) => t.name.startsWith('do_'))) {
   let before;
   if (readTool) before = (await call(readTool.name, {}, `read before ${doTool.name}`)).body.value;
   const value = pick(doTool, cand, before);
+  // The first do_* with a reading of its own: subscribe to the reading; the write must notify.
+  const subURI = readTool && !subscribed && readingURI(subject);
+  let update;
+  if (subURI) {
+    subscribed = true;
+    update = new Promise((resolve) => updated.set(subURI, resolve));
+    await client.subscribeResource({ uri: subURI });
+  }
   // 3. do, then the same call again with the same key
   const key = randomUUID();
   const { body: done, isError } = await call(doTool.name, { value, idempotency_key: key }, `${doTool.name} value=${value}`);
+  if (subURI) {
+    const got = await within(10000, update, `resource update of ${subURI}`).catch((e) => ({ error: e.message }));
+    const reading = got?._meta?.['physmcp/reading'];
+    check(same(reading?.value, done.applied_value) && reading?.quality === 'good', `resource update: ${subURI} -> ${short(reading?.value)} ${got.error ?? ''}`);
+    await client.unsubscribeResource({ uri: subURI });
+    updated.delete(subURI);
+  }
   check(!isError && ['success', 'partial'].includes(done.status) && done.idempotency_key === key,
     `${doTool.name} value=${value}: status ${done.status}, applied ${short(done.applied_value)}, previous ${short(done.previous_value)} ${done.reason ?? ''}`);
   if (readTool) check(same(done.previous_value, before), `${doTool.name}: previous_value matches the read before`);
@@ -129,6 +168,20 @@ for (const doTool of tools.filter((t) => t.name.startsWith('do_'))) {
   loops++;
 }
 if (tools.some((t) => t.name.startsWith('do_'))) check(loops > 0, `ran the can_do -> read -> do -> read loop on ${loops} do_* tool(s)`);
+if (tools.some((t) => t.name.startsWith('do_') && tool(`read_${t.name.slice(3)}`))) check(subscribed, 'subscribed to a reading a do_* changes');
+
+// A failed call is also told as a log message once the client asks for warnings.
+const refusable = tools.find((t) => t.name.startsWith('do_') && typeof t.inputSchema.properties.value.maximum === 'number');
+if (refusable) {
+  await client.setLoggingLevel('warning');
+  const logged = new Promise((resolve) => { logWaiter = resolve; });
+  const tooHigh = refusable.inputSchema.properties.value.maximum + 1000;
+  const { body: refused } = await call(refusable.name, { value: tooHigh }, `${refusable.name} value=${tooHigh}`);
+  await within(5000, logged, 'log message').catch(() => {});
+  const msg = logs.find((m) => m.data?.tool === refusable.name);
+  check(refused.status === 'failed' && msg?.level === 'warning' && msg?.logger === 'physmcpd' && msg?.data?.event === 'call_failed' && msg?.data?.permission === refused.permission,
+    `log message for the refused ${refusable.name}: ${short(msg)}`);
+}
 
 // Refusals come back as proMCP bodies, not protocol errors.
 const bad = await client.callTool({ name: 'can_do', arguments: { intent: { semantic_tags: [] } } });
