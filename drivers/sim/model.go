@@ -172,7 +172,7 @@ func newModel(m *manifest.Manifest, c *manifest.Capability, initial any, now tim
 	if s.Follows != "" {
 		var target *manifest.Capability
 		for _, t := range m.Capabilities {
-			if t.Name == s.Follows {
+			if t.Name == s.Follows && t.Kind == manifest.KindDo { // a read may share its name
 				target = t
 			}
 		}
@@ -199,7 +199,7 @@ func (md *model) at(now time.Time, rng *rand.Rand, w *world) (any, error) {
 	if md.follows != "" {
 		var t *simPoint
 		if w != nil {
-			t = w.lookup(md.follows)
+			t = w.lookup("do_" + md.follows) // by tool: a read may share the do's name
 		}
 		if t == nil {
 			return nil, fmt.Errorf("follows %s, which is not on an open simulated bus", md.follows)

@@ -189,7 +189,7 @@ func (c *core) register() {
 	defer w.mu.Unlock()
 	// the latest bus opened for a manifest wins (a re-open replaces the old one)
 	for _, p := range c.points {
-		w.points[p.c.Name] = p
+		w.points[p.c.ToolName()] = p
 		p.world = w
 	}
 }
@@ -214,8 +214,8 @@ func (c *core) Close() error {
 	}
 	w.mu.Lock()
 	for _, p := range c.points {
-		if w.points[p.c.Name] == p {
-			delete(w.points, p.c.Name)
+		if w.points[p.c.ToolName()] == p {
+			delete(w.points, p.c.ToolName())
 		}
 	}
 	empty := len(w.points) == 0

@@ -141,6 +141,32 @@ func TestImplausible(t *testing.T) {
 	}
 }
 
+// A read that shares its do's name (read_relay beside do_relay, on its own
+// line) follows the do, not itself.
+func TestFollowsTheDoOfTheSameName(t *testing.T) {
+	gpio := &manifest.Bus{Name: "gpio", Type: manifest.BusGPIO, Simulated: true}
+	relay := &manifest.Capability{Name: "relay", Kind: manifest.KindDo, DataType: manifest.TypeBool,
+		Binding: manifest.Binding{Bus: "gpio", GPIO: &manifest.GPIOBinding{Line: "R", Direction: manifest.DirOutput, SafeLevel: new(bool)}}}
+	state := &manifest.Capability{Name: "relay", Kind: manifest.KindRead, DataType: manifest.TypeBool, Simulation: &manifest.PointSim{Follows: "relay"},
+		Binding: manifest.Binding{Bus: "gpio", GPIO: &manifest.GPIOBinding{Line: "S", Direction: manifest.DirInput}}}
+	m := &manifest.Manifest{Buses: map[string]*manifest.Bus{"gpio": gpio}, Capabilities: []*manifest.Capability{relay, state}}
+	buses, err := drivers.OpenAll(context.Background(), m, nil, sim.NewOpener(sim.Options{Now: (&clock{now: t0}).Now}), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buses["gpio"].Close()
+	rp, err := drivers.Bind(buses["gpio"], relay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rp.Write(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, buses["gpio"], state); got != true {
+		t.Errorf("read_relay after do_relay true = %v", got)
+	}
+}
+
 func TestFollowsAcrossBuses(t *testing.T) {
 	clk := &clock{now: t0}
 	gpio := &manifest.Bus{Name: "gpio", Type: manifest.BusGPIO, Simulated: true}
