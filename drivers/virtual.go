@@ -45,3 +45,11 @@ func IdempotencyKey(ctx context.Context) string {
 	k, _ := ctx.Value(keyCtx{}).(string)
 	return k
 }
+
+// Assessor is a point whose device judges an action itself (an adopted do_:
+// the source's can_do), so that a dry run includes the device's own
+// policy, cooldowns and limits besides this one's. permission is a proMCP
+// permission, or "" when the device has no opinion of the action.
+type Assessor interface {
+	Assess(ctx context.Context, value Value) (permission, reason string, err error)
+}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/physmcp/physmcpd/drivers"
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/promcp"
 )
@@ -334,6 +335,11 @@ func (e *Engine) dryRun(ctx context.Context, pt *point, caller Caller, in promcp
 		if il := e.interlocks(ctx, pt, d.value, false); il.permission != promcp.Allowed {
 			return il
 		}
+		if a, ok := pt.drv.(drivers.Assessor); ok {
+			if sd := e.assess(ctx, pt, a, d.value); sd.permission != promcp.Allowed {
+				return sd
+			}
+		}
 	}
 	pt.mu.Lock()
 	unknown := pt.last == nil || pt.lastErr != nil
@@ -352,6 +358,24 @@ func (e *Engine) dryRun(ctx context.Context, pt *point, caller Caller, in promcp
 		return refused
 	}
 	return d
+}
+
+// assess asks a device that judges actions itself (an adopted source):
+// after this device's own checks, the source's checks apply too, so a
+// candidate is allowed only when both would let the call through.
+func (e *Engine) assess(ctx context.Context, pt *point, a drivers.Assessor, value any) decision {
+	var perm, reason string
+	err := e.transact(context.WithoutCancel(ctx), pt, func(ctx context.Context) (err error) {
+		perm, reason, err = a.Assess(ctx, value)
+		return err
+	})
+	switch {
+	case err != nil:
+		return deny(promcp.SourceUnreachable, "the device does not answer: %v", err)
+	case perm == "" || perm == string(promcp.Allowed):
+		return decision{permission: promcp.Allowed}
+	}
+	return deny(promcp.Permission(perm), "the device itself answers %s: %s", perm, reason)
 }
 
 func (e *Engine) candidate(ctx context.Context, pt *point, m match, d decision, now time.Time) promcp.Candidate {

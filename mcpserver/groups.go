@@ -17,6 +17,9 @@ import (
 // Groups lists the device's endpoint groups (see mcpcore.Groups).
 func Groups(m *manifest.Manifest) []string { return mcpcore.Groups(m) }
 
+// SiteGroup is an aggregator's site endpoint (see mcpcore.SiteGroup).
+const SiteGroup = mcpcore.SiteGroup
+
 // GroupPath is the HTTP path of a group's endpoint (see mcpcore.GroupPath).
 func GroupPath(group string) string { return mcpcore.GroupPath(group) }
 

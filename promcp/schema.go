@@ -153,6 +153,7 @@ func CanDoOutputSchema() Schema {
 		"device_id":            Schema{"type": "string"},
 		"match_reasons":        stringArray("Why the capability matched."),
 		"adopted_from":         adoptedFromSchema,
+		"endpoint":             endpointSchema,
 	}, "capability", "source", "confidence", "permission", "current_state", "constraints", "side_effects", "valid_until", "estimated_latency_ms")
 	blocked := object(Schema{
 		"capability":    Schema{"type": "string"},
@@ -164,6 +165,7 @@ func CanDoOutputSchema() Schema {
 		"confidence":    Schema{"type": "number", "minimum": 0, "maximum": 1},
 		"match_reasons": stringArray("Why the capability matched."),
 		"adopted_from":  adoptedFromSchema,
+		"endpoint":      endpointSchema,
 	}, "capability", "source", "permission", "reason", "details")
 	unroutable := object(Schema{
 		"outcome": Schema{"type": "string", "const": OutcomeUnroutable},
@@ -268,6 +270,9 @@ var adoptedFromSchema = object(Schema{
 	"source_address":  Schema{"type": "string", "description": "The serial line, command or URL of the source."},
 	"source_protocol": Schema{"type": "string", "enum": []any{manifest.SourceSerial, manifest.SourceStdio, manifest.SourceHTTP}},
 }, "source_address", "source_protocol")
+
+// endpointSchema names the endpoint that serves a tool (an aggregator's site can_do).
+var endpointSchema = Schema{"type": "string", "description": "The HTTP path of the endpoint that serves this tool (an aggregator's site can_do)."}
 
 func object(props Schema, required ...string) Schema {
 	s := Schema{"type": "object", "properties": props}

@@ -167,6 +167,9 @@ type Candidate struct {
 	MatchReasons []string `json:"match_reasons,omitempty"`
 	// AdoptedFrom is where an adopted capability comes from (PhysMCP proxy).
 	AdoptedFrom *manifest.AdoptedFrom `json:"adopted_from,omitempty"`
+	// Endpoint is the HTTP path that serves the tool, on an aggregator's
+	// site endpoint (its tools are on the group endpoints).
+	Endpoint string `json:"endpoint,omitempty"`
 }
 
 // Blocked is a capability that matched but cannot act now.
@@ -182,6 +185,9 @@ type Blocked struct {
 	MatchReasons []string `json:"match_reasons,omitempty"`
 	// AdoptedFrom is where an adopted capability comes from (PhysMCP proxy).
 	AdoptedFrom *manifest.AdoptedFrom `json:"adopted_from,omitempty"`
+	// Endpoint is the HTTP path that serves the tool, on an aggregator's
+	// site endpoint (its tools are on the group endpoints).
+	Endpoint string `json:"endpoint,omitempty"`
 }
 
 // OutcomeUnroutable is the outcome of every unroutable entry; Reason says why.

@@ -52,6 +52,10 @@ type busOptions struct {
 	// --strict-start); otherwise one that cannot is served unavailable and
 	// opened in the background (drivers.OpenAllWith).
 	strict bool
+	// adopt: add the capabilities that mcp buses adopt wholesale, waiting
+	// for their sources (serve). Without it only the manifest's own
+	// capabilities are bound (tools, which must not wait for a network).
+	adopt bool
 }
 
 // startEngine is openEngine with bus options. A bus that opens after
@@ -74,7 +78,7 @@ func startEngine(ctx context.Context, m *manifest.Manifest, p *policy.Policy, bo
 	if err != nil {
 		return nil, err
 	}
-	if m.Adopts() && expandAdopted != nil {
+	if bo.adopt && m.Adopts() && expandAdopted != nil {
 		if err := expandAdopted(ctx, m, buses, logger); err != nil {
 			for _, b := range buses {
 				b.Close()

@@ -19,12 +19,17 @@ var lintExamples = []struct{ name, manifest, policy, token string }{
 	{"pump-skid", "../../examples/pump-skid/physmcp.manifest.yml", "../../examples/pump-skid/physmcp.policy.yml", "supervisor-example-token"},
 }
 
-// adoptingExamples serve capabilities of other devices, which must be
-// running for their endpoints to be checked live (proxy_test.go and
-// aggregator_test.go do); their tool lists are checked here.
+// adoptingExamples are the proxy and site examples, whose nodes work
+// together: their tool lists are checked here, and proxy_test.go and
+// aggregator_test.go serve them together (aggregator_test.go lints the
+// aggregator's endpoints live).
 var adoptingExamples = []struct{ name, manifest, policy, token string }{
 	{"proxy sensor node", "../../examples/proxy/sensor-node/physmcp.manifest.yml", "", ""},
 	{"proxy node", "../../examples/proxy/proxy-node/physmcp.manifest.yml", "../../examples/proxy/proxy-node/physmcp.policy.yml", ""},
+	{"site climate", "../../examples/site/climate/physmcp.manifest.yml", "../../examples/site/climate/physmcp.policy.yml", ""},
+	{"site irrigation", "../../examples/site/irrigation/physmcp.manifest.yml", "../../examples/site/irrigation/physmcp.policy.yml", ""},
+	{"site pump", "../../examples/site/pump/physmcp.manifest.yml", "../../examples/site/pump/physmcp.policy.yml", ""},
+	{"site aggregator", "../../examples/site/aggregator/physmcp.manifest.yml", "../../examples/site/aggregator/physmcp.policy.yml", ""},
 }
 
 func exampleGroups(t *testing.T, path string) []string {

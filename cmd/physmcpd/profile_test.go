@@ -92,7 +92,7 @@ func serveInProcess(t *testing.T, args []string, stdin io.Reader, stdout io.Writ
 	return logs
 }
 
-func dialMCP(t *testing.T, tr transport.Interface) *client.Client {
+func dialMCP(t testing.TB, tr transport.Interface) *client.Client {
 	t.Helper()
 	c := client.NewClient(tr)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -110,7 +110,7 @@ func dialMCP(t *testing.T, tr transport.Interface) *client.Client {
 	return c
 }
 
-func callTool(t *testing.T, c *client.Client, tool string, args map[string]any) (*mcp.CallToolResult, error) {
+func callTool(t testing.TB, c *client.Client, tool string, args map[string]any) (*mcp.CallToolResult, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -65,7 +65,7 @@ capabilities:
 `
 
 // buildBinary builds physmcpd (with tags, e.g. lite) into a test directory.
-func buildBinary(t *testing.T, tags string) string {
+func buildBinary(t testing.TB, tags string) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "physmcpd"+strings.ReplaceAll(tags, " ", "-"))
 	args := []string{"build", "-o", bin}
@@ -81,13 +81,13 @@ func buildBinary(t *testing.T, tags string) string {
 // ptyPair is a socat pseudo-terminal pair at two fixed paths that the test
 // can unplug (kill) and plug back (start again at the same paths).
 type ptyPair struct {
-	t    *testing.T
+	t    testing.TB
 	a, b string
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 }
 
-func newPtyPair(t *testing.T) *ptyPair {
+func newPtyPair(t testing.TB) *ptyPair {
 	if _, err := exec.LookPath("socat"); err != nil {
 		testenv.Missing(t, "socat is missing: apt-get install socat (.ci/run installs it)")
 	}
@@ -131,7 +131,14 @@ func (p *ptyPair) unplug() {
 }
 
 // startProcess runs bin with args until the test ends, its stderr kept for failures.
-func startProcess(t *testing.T, bin string, args ...string) *serveLogBuffer {
+func startProcess(t testing.TB, bin string, args ...string) *serveLogBuffer {
+	t.Helper()
+	logs, _ := startCommand(t, bin, args...)
+	return logs
+}
+
+// startCommand is startProcess that also returns the process, for a test that stops it early.
+func startCommand(t testing.TB, bin string, args ...string) (*serveLogBuffer, *exec.Cmd) {
 	t.Helper()
 	logs := &serveLogBuffer{}
 	cmd := exec.Command(bin, args...)
@@ -146,10 +153,10 @@ func startProcess(t *testing.T, bin string, args ...string) *serveLogBuffer {
 			t.Logf("%s %s:\n%s", filepath.Base(bin), strings.Join(args, " "), logs.String())
 		}
 	})
-	return logs
+	return logs, cmd
 }
 
-func writeFile(t *testing.T, dir, name, text string) string {
+func writeFile(t testing.TB, dir, name, text string) string {
 	t.Helper()
 	path := filepath.Join(dir, name)
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
@@ -178,7 +185,7 @@ func (c *testClock) Advance(d time.Duration) {
 
 // proxyInProcess starts the proxy's engine from manifestPath (its own clock
 // when clock is set) and an mcp-go client on its MCP server.
-func proxyInProcess(t *testing.T, manifestPath, policyPath string, clock *testClock) (*engine.Engine, *client.Client) {
+func proxyInProcess(t testing.TB, manifestPath, policyPath string, clock *testClock) (*engine.Engine, *client.Client) {
 	t.Helper()
 	m, p, ok := loadDevice(manifestPath, policyPath, io.Discard)
 	if !ok {
@@ -191,7 +198,7 @@ func proxyInProcess(t *testing.T, manifestPath, policyPath string, clock *testCl
 		opts.Now = clock.Now
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e, err := startEngine(context.Background(), m, p, busOptions{}, logger, opts)
+	e, err := startEngine(context.Background(), m, p, busOptions{adopt: true}, logger, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +215,7 @@ func proxyInProcess(t *testing.T, manifestPath, policyPath string, clock *testCl
 }
 
 // toolJSON calls a tool and decodes its structured answer.
-func toolJSON(t *testing.T, c *client.Client, tool string, args map[string]any) map[string]any {
+func toolJSON(t testing.TB, c *client.Client, tool string, args map[string]any) map[string]any {
 	t.Helper()
 	res, err := callTool(t, c, tool, args)
 	if err != nil {
@@ -360,12 +367,12 @@ capabilities:
 
 // startHTTPSource runs the Full binary over HTTP on a free loopback port
 // and returns its endpoint URL.
-func startHTTPSource(t *testing.T, bin string, args ...string) (string, *serveLogBuffer) {
+func startHTTPSource(t testing.TB, bin string, args ...string) (string, *exec.Cmd) {
 	t.Helper()
-	logs := startProcess(t, bin, append([]string{"serve", "--simulate", "--http", "127.0.0.1:0"}, args...)...)
+	logs, cmd := startCommand(t, bin, append([]string{"serve", "--simulate", "--http", "127.0.0.1:0"}, args...)...)
 	for end := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if _, rest, ok := strings.Cut(logs.String(), "msg=listening url="); ok {
-			return strings.Fields(rest)[0], logs
+			return strings.Fields(rest)[0], cmd
 		}
 		if time.Now().After(end) {
 			t.Fatalf("the source did not start:\n%s", logs.String())
@@ -375,7 +382,7 @@ func startHTTPSource(t *testing.T, bin string, args ...string) (string, *serveLo
 
 // auditOutcomes counts the outcomes of tool's calls in a state directory's
 // audit trail, by outcome and by "key " + idempotency key.
-func auditOutcomes(t *testing.T, stateDir, tool string) map[string]int {
+func auditOutcomes(t testing.TB, stateDir, tool string) map[string]int {
 	t.Helper()
 	files, _ := filepath.Glob(filepath.Join(auditDir(stateDir), "*"))
 	n := map[string]int{}
@@ -443,7 +450,7 @@ func TestProxyAdoptedDoActsOnceAtTheSource(t *testing.T) {
 	t.Logf("source outcomes: %v", got)
 }
 
-func mustHTTP(t *testing.T, url string) transport.Interface {
+func mustHTTP(t testing.TB, url string) transport.Interface {
 	t.Helper()
 	tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + operatorToken}))
 	if err != nil {

@@ -136,7 +136,7 @@ func serve(ctx context.Context, cfg serveConfig, stdin io.Reader, stdout, stderr
 	}
 	defer dur.close(logger)
 	opts.ClockSynced = clockProbe(ctx, cfg, logger)
-	e, err := startEngine(ctx, m, p, busOptions{simulate: cfg.simulate, strict: cfg.strictStart}, logger, opts)
+	e, err := startEngine(ctx, m, p, busOptions{simulate: cfg.simulate, strict: cfg.strictStart, adopt: true}, logger, opts)
 	if err != nil {
 		logger.Error("cannot start", "err", err)
 		return 1

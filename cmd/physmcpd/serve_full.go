@@ -78,7 +78,7 @@ func serveMCP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *en
 		Logger:  logger,
 		// HTTP callers are who the access middleware authenticated.
 		Caller: mcpserver.CallerFrom(local),
-	}, cfg)
+	}, cfg, prof)
 	if err != nil {
 		logger.Error("cannot build the MCP server", "err", err)
 		return 1

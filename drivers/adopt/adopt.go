@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -56,8 +57,13 @@ type Bus struct {
 
 // Open is the drivers.Opener of mcp buses. It does not contact the source:
 // a source that is away makes its capabilities unavailable, not the daemon.
-func Open(_ context.Context, _ *manifest.Manifest, b *manifest.Bus) (drivers.Bus, error) {
-	return New(b.Name, b.MCP, slog.Default()), nil
+func Open(_ context.Context, m *manifest.Manifest, b *manifest.Bus) (drivers.Bus, error) {
+	src := *b.MCP
+	if src.TokenFile != "" && !filepath.IsAbs(src.TokenFile) && m.File != "" {
+		// relative to the manifest, as write_log is
+		src.TokenFile = filepath.Join(filepath.Dir(m.File), src.TokenFile)
+	}
+	return New(b.Name, &src, slog.Default()), nil
 }
 
 // New is a bus to src, named name in messages.

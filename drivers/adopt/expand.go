@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -18,44 +19,78 @@ import (
 // expandRetry is the wait between attempts to list a source's tools at start-up.
 const expandRetry = time.Second
 
-// Expand adds to m a capability for each tool that an mcp bus's adopt
-// section takes from its source, listing the source's tools through the
-// opened buses. It waits for each source until it answers or ctx ends.
-func Expand(ctx context.Context, m *manifest.Manifest, buses map[string]drivers.Bus, logger *slog.Logger) error {
+// Device is a source whose tools are adopted wholesale (its Adopt section
+// says which, and into which group): an mcp bus of the manifest, or a
+// device found some other way.
+type Device struct {
+	Bus    string
+	Source *manifest.MCPBus
+}
+
+// DeviceSource lists the devices an aggregator (or proxy) adopts wholesale.
+// Static is the manifest's own list; a mesh is another source.
+type DeviceSource interface {
+	Devices(ctx context.Context) ([]Device, error)
+}
+
+// Static is the manifest's mcp buses that have an adopt section.
+type Static struct{ M *manifest.Manifest }
+
+func (s Static) Devices(context.Context) ([]Device, error) {
+	var out []Device
+	for _, name := range slices.Sorted(maps.Keys(s.M.Buses)) {
+		if b := s.M.Buses[name]; b.MCP != nil && b.MCP.Adopt != nil {
+			out = append(out, Device{Bus: name, Source: b.MCP})
+		}
+	}
+	return out, nil
+}
+
+// Expand adds to m a capability for each tool that src's devices adopt,
+// listing each device's tools through its bus in buses (opened here, and
+// added to buses and m, for a device that is not a bus of m yet). It waits
+// for each device until it answers or ctx ends.
+func Expand(ctx context.Context, m *manifest.Manifest, buses map[string]drivers.Bus, src DeviceSource, logger *slog.Logger) error {
 	if logger == nil {
 		logger = slog.Default()
+	}
+	devices, err := src.Devices(ctx)
+	if err != nil {
+		return err
 	}
 	taken := map[string]bool{}
 	for _, c := range m.Capabilities {
 		taken[c.ToolName()] = true
 	}
-	names := make([]string, 0, len(m.Buses))
-	for name, b := range m.Buses {
-		if b.MCP != nil && b.MCP.Adopt != nil {
-			names = append(names, name)
+	for _, d := range devices {
+		if d.Source == nil || d.Source.Adopt == nil {
+			return fmt.Errorf("device %s: nothing to adopt", d.Bus)
 		}
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		bus, ok := buses[name].(*Bus)
+		if _, known := m.Buses[d.Bus]; !known {
+			if m.Buses == nil {
+				m.Buses = map[string]*manifest.Bus{}
+			}
+			m.Buses[d.Bus] = &manifest.Bus{Name: d.Bus, Type: manifest.BusMCP, MCP: d.Source}
+			buses[d.Bus] = New(d.Bus, d.Source, logger)
+		}
+		bus, ok := buses[d.Bus].(*Bus)
 		if !ok {
-			return fmt.Errorf("bus %s: not an mcp bus", name)
+			return fmt.Errorf("bus %s: not an mcp bus", d.Bus)
 		}
 		tools, err := bus.listTools(ctx, logger)
 		if err != nil {
-			return fmt.Errorf("bus %s: adopt: %w", name, err)
+			return fmt.Errorf("bus %s: adopt: %w", d.Bus, err)
 		}
-		caps := Adopted(name, m.Buses[name].MCP.Adopt, tools, logger)
 		var added []string
-		for _, c := range caps {
+		for _, c := range Adopted(d.Bus, d.Source.Adopt, tools, logger) {
 			if taken[c.ToolName()] {
-				return fmt.Errorf("bus %s: adopt: %s is already a tool of this device; give the bus an adopt prefix", name, c.ToolName())
+				return fmt.Errorf("bus %s: adopt: %s is already a tool of this device; give the bus an adopt prefix", d.Bus, c.ToolName())
 			}
 			taken[c.ToolName()] = true
 			added = append(added, c.ToolName())
+			m.Capabilities = append(m.Capabilities, c)
 		}
-		m.Capabilities = append(m.Capabilities, caps...)
-		logger.Info("adopted", "bus", name, "source", bus.Describe(), "tools", strings.Join(added, " "))
+		logger.Info("adopted", "bus", d.Bus, "source", bus.Describe(), "tools", strings.Join(added, " "))
 	}
 	return nil
 }

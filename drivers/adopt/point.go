@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/physmcp/physmcpd/drivers"
@@ -163,3 +164,33 @@ func orElse(s, fallback string) string {
 }
 
 func jsonObject(text string, m *map[string]any) error { return json.Unmarshal([]byte(text), m) }
+
+// Assess asks the source's can_do about writing v (any value when v is
+// nil), scoped to the adopted tool: what it answers for the tool is its
+// verdict; no entry for the tool is no opinion.
+func (p *point) Assess(ctx context.Context, v drivers.Value) (permission, reason string, err error) {
+	if p.c.Kind != manifest.KindDo {
+		return "", "", nil
+	}
+	intent := map[string]any{"semantic_tags": strings.Split(strings.TrimPrefix(p.b.Tool, "do_"), "_"), "action": "set"}
+	if v != nil {
+		intent["value"] = v
+	}
+	out, _, err := p.bus.call(ctx, "can_do", map[string]any{"intent": intent, "scope": []string{p.b.Tool}})
+	if err != nil {
+		return "", "", err
+	}
+	for _, list := range []string{"candidates", "blocked"} {
+		entries, _ := out[list].([]any)
+		for _, e := range entries {
+			entry, _ := e.(map[string]any)
+			if entry["capability"] != p.b.Tool {
+				continue
+			}
+			permission, _ = entry["permission"].(string)
+			reason, _ = entry["reason"].(string)
+			return permission, reason, nil
+		}
+	}
+	return "", "", nil
+}

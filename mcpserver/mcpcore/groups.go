@@ -33,10 +33,15 @@ func Groups(m *manifest.Manifest) []string {
 	return groups
 }
 
+// SiteGroup is an aggregator's site endpoint, at EndpointPath: can_do
+// alone, over the capabilities of every group, each entry naming the
+// endpoint that serves it. No manifest group can have this name.
+const SiteGroup = "(site)"
+
 // GroupPath is the HTTP path of a group's endpoint: EndpointPath for the
-// default group, EndpointPath/<group> for the others.
+// default group (and the site endpoint), EndpointPath/<group> for the others.
 func GroupPath(group string) string {
-	if group == "" {
+	if group == "" || group == SiteGroup {
 		return EndpointPath
 	}
 	return EndpointPath + "/" + group
@@ -46,6 +51,10 @@ func GroupPath(group string) string {
 // engine's order: the group's capabilities and can_do.
 func GroupTools(e *engine.Engine, group string) ([]engine.Tool, error) {
 	groups := Groups(e.Manifest())
+	if group == SiteGroup {
+		tools := e.Tools()
+		return tools[len(tools)-1:], nil // can_do
+	}
 	if !slices.Contains(groups, group) {
 		return nil, fmt.Errorf("%s", noSuchGroup(group, groups))
 	}
@@ -87,7 +96,12 @@ func GroupNote(m *manifest.Manifest, group string) string {
 		}
 	}
 	this := "the capabilities without a group"
-	if group != "" {
+	switch group {
+	case SiteGroup:
+		return fmt.Sprintf("\nThis endpoint is the site's can_do: it answers for every tool of every group, and each candidate "+
+			"names in endpoint the HTTP path that serves its tool (%s).", strings.Join(others, ", "))
+	case "":
+	default:
 		this = "group " + group
 	}
 	return fmt.Sprintf("\nThis endpoint serves %s of the device, and can_do answers for these tools only. "+

@@ -23,7 +23,10 @@ type Surface struct {
 	// served names the tools of this endpoint when it serves only some of
 	// the device's (a group); nil when it serves them all.
 	served map[string]bool
-	now    func() time.Time
+	// site: an aggregator's site endpoint (SiteGroup), whose can_do names
+	// the endpoint of each tool.
+	site bool
+	now  func() time.Time
 }
 
 // NewSurface is group's endpoint of e; now is the clock for the bodies the
@@ -36,8 +39,8 @@ func NewSurface(e *engine.Engine, group string, now func() time.Time) (*Surface,
 	if now == nil {
 		now = time.Now
 	}
-	s := &Surface{e: e, m: e.Manifest(), tools: tools, caps: map[string]*manifest.Capability{}, now: now}
-	if len(tools) < len(e.Tools()) {
+	s := &Surface{e: e, m: e.Manifest(), tools: tools, caps: map[string]*manifest.Capability{}, now: now, site: group == SiteGroup}
+	if len(tools) < len(e.Tools()) && !s.site {
 		s.served = map[string]bool{}
 	}
 	for _, t := range tools {
@@ -100,7 +103,26 @@ func (s *Surface) CanDo(ctx context.Context, caller engine.Caller, args map[stri
 		return rep, err
 	}
 	s.trimReport(&rep)
+	if s.site {
+		s.nameEndpoints(&rep)
+	}
 	return rep, nil
+}
+
+// nameEndpoints says, on the site endpoint, which endpoint serves each tool.
+func (s *Surface) nameEndpoints(rep *promcp.CapabilityReport) {
+	group := map[string]string{}
+	for _, t := range s.e.Tools() {
+		if t.Capability != nil {
+			group[t.Name] = t.Capability.Group
+		}
+	}
+	for i := range rep.Candidates {
+		rep.Candidates[i].Endpoint = GroupPath(group[rep.Candidates[i].Capability])
+	}
+	for i := range rep.Blocked {
+		rep.Blocked[i].Endpoint = GroupPath(group[rep.Blocked[i].Capability])
+	}
 }
 
 // Arguments returns a call's arguments as an object; missing ones are
