@@ -85,6 +85,10 @@ const (
 	KindRead  Kind = "read"
 	KindDo    Kind = "do"
 	KindCanDo Kind = "can_do"
+	// KindStart is start_<x>, physmcpd's proposal for proMCP's roadmap v0.3
+	// (docs/roadmap.md): a documented extension, not base proMCP v0.2. Its
+	// companions read_status_<x> and do_cancel_<x> are base read_* and do_*.
+	KindStart Kind = "start"
 )
 
 // KindOf is the verb a tool name declares.
@@ -96,8 +100,20 @@ func KindOf(name string) Kind {
 		return KindRead
 	case strings.HasPrefix(name, "do_") && len(name) > len("do_"):
 		return KindDo
+	case strings.HasPrefix(name, "start_") && len(name) > len("start_"):
+		return KindStart
 	}
 	return ""
+}
+
+// Extension says whether a verb is a documented extension rather than base proMCP.
+func (k Kind) Extension() bool { return k == KindStart }
+
+// Options tune the static checks.
+type Options struct {
+	// StrictBase reports the extension verbs (start_*) as names that are not
+	// base proMCP v0.2, as the reference validator would.
+	StrictBase bool
 }
 
 // Report is the result of a lint run.
@@ -142,7 +158,7 @@ type Rule struct {
 // Rules lists every rule id the linter can report, in the order of docs/lint.md.
 var Rules = []Rule{
 	{"name-format", Error, false, "name matches ^[a-z][a-z0-9_]*$ and has at most 64 characters"},
-	{"name-verb", Error, false, "name is read_<x>, do_<x> or exactly can_do"},
+	{"name-verb", Error, false, "name is read_<x>, do_<x> or exactly can_do (or the extension start_<x>, except under --strict-base)"},
 	{"name-generic", Warning, false, "name says what it is about (not read_data, do_update, ...)"},
 	{"name-duplicate", Error, false, "no two tools share a name"},
 	{"cando-single", Error, false, "exactly one can_do (a server without do_* tools only gets a warning)"},
@@ -159,6 +175,11 @@ var Rules = []Rule{
 	{"do-response", Error, false, "do_* response has status, idempotency_key, applied_value, previous_value, side_effects, compensable, compensation_hint, timestamp"},
 	{"cando-response", Error, false, "can_do response is a CapabilityReport (candidates with valid_until, blocked, unroutable, context, metadata)"},
 	{"permission-enum", Error, false, "every permission enum is the proMCP nine (extensions carry a prefix)"},
+	{"start-input", Error, false, "a start_* input has value and idempotency_key (a string)"},
+	{"start-response", Error, false, "a start_* response has status (running|failed), operation_id, idempotency_key, expected_completion, side_effects, compensable, timestamp"},
+	{"start-companions", Error, false, "a start_<x> comes with read_status_<x> and do_cancel_<x>"},
+	{"status-response", Error, false, "a read_status_<x> beside a start_<x> answers operation_id, state (running|succeeded|failed|cancelled|unknown) and progress besides the read_* fields"},
+	{"cancel-input", Error, false, "a do_cancel_<x> beside a start_<x> takes operation_id"},
 	{"tool-density", Warning, false, "at most 8 tools per server"},
 	{"do-density", Warning, false, "at most 5 do_* tools per server"},
 	{"annotation-hint", Warning, false, "readOnlyHint agrees with the verb (an error when a do_* claims read-only)"},

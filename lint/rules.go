@@ -29,7 +29,10 @@ var (
 )
 
 // Check applies every static rule to a server's tool list.
-func Check(tools []Tool) []Finding {
+func Check(tools []Tool) []Finding { return CheckWith(tools, Options{}) }
+
+// CheckWith is Check with options.
+func CheckWith(tools []Tool, opts Options) []Finding {
 	var out []Finding
 	counts := map[string]int{}
 	var canDo, do int
@@ -41,8 +44,9 @@ func Check(tools []Tool) []Finding {
 		case KindDo:
 			do++
 		}
-		out = append(out, checkTool(t)...)
+		out = append(out, checkTool(t, opts)...)
 	}
+	out = append(out, checkOperations(tools)...)
 	dups := make([]string, 0)
 	for name, n := range counts {
 		if n > 1 {
@@ -70,7 +74,7 @@ func Check(tools []Tool) []Finding {
 	return out
 }
 
-func checkTool(t Tool) []Finding {
+func checkTool(t Tool, opts Options) []Finding {
 	var out []Finding
 	add := func(f Finding) { out = append(out, f) }
 	name := t.Name
@@ -78,8 +82,11 @@ func checkTool(t Tool) []Finding {
 		add(finding("name-format", name, "%q must match ^[a-z][a-z0-9_]*$ and have at most 64 characters", name))
 	}
 	kind := KindOf(name)
-	if kind == "" {
+	switch {
+	case kind == "":
 		add(finding("name-verb", name, "%q is none of read_<x>, do_<x>, can_do: every tool declares its verb by its name", name))
+	case kind.Extension() && opts.StrictBase:
+		add(finding("name-verb", name, "%q is a %s_<x> tool, physmcpd's documented extension for proMCP's roadmap (docs/roadmap.md), not base proMCP v0.2 (read_<x>, do_<x>, can_do)", name, kind))
 	}
 	if kind == KindRead || kind == KindDo {
 		subject := strings.TrimPrefix(strings.TrimPrefix(name, "read_"), "do_")
@@ -120,6 +127,8 @@ func checkTool(t Tool) []Finding {
 		out = append(out, checkDoInput(t)...)
 	case KindCanDo:
 		out = append(out, checkCanDoInput(t)...)
+	case KindStart:
+		out = append(out, checkStartInput(t)...)
 	}
 
 	if t.OutputSchema == nil {
@@ -134,14 +143,16 @@ func checkTool(t Tool) []Finding {
 			out = append(out, checkDoResponse(t)...)
 		case KindCanDo:
 			out = append(out, checkCanDoResponse(t)...)
+		case KindStart:
+			out = append(out, checkStartResponse(t)...)
 		}
 		out = append(out, checkPermissionEnums(name, t.OutputSchema, "")...)
 	}
 
 	if a := t.Annotations; a != nil && a.ReadOnlyHint != nil {
 		switch {
-		case kind == KindDo && *a.ReadOnlyHint:
-			f := finding("annotation-hint", name, "a do_* tool claims readOnlyHint true: clients may call it without asking")
+		case (kind == KindDo || kind == KindStart) && *a.ReadOnlyHint:
+			f := finding("annotation-hint", name, "a %s_* tool claims readOnlyHint true: clients may call it without asking", kind)
 			f.Severity = Error
 			add(f)
 		case (kind == KindRead || kind == KindCanDo) && !*a.ReadOnlyHint:

@@ -835,6 +835,20 @@ func (v *validator) density() {
 			e.do++
 		}
 	}
+	for _, o := range v.m.Operations {
+		e := eps[o.Group]
+		if e == nil {
+			e = &endpoint{}
+			eps[o.Group] = e
+			order = append(order, o.Group)
+		}
+		for _, t := range o.ToolNames() {
+			e.tools++
+			if strings.HasPrefix(t, "do_") {
+				e.do++
+			}
+		}
+	}
 	for _, g := range order {
 		e := eps[g]
 		name := "the device's endpoint"

@@ -40,8 +40,13 @@ func (a *adapter) status(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 		sr, problem = mcpcore.StatusRequest(args)
 	}
 	if problem != "" {
-		return result(promcp.StatusResponse{Timestamp: promcp.Time(a.opts.Now()), Quality: promcp.QualityError, OperationID: sr.OperationID,
-			State: promcp.OpUnknown, DeviceID: a.m.Device.ID, Detail: problem, Reason: problem}, true)
+		// the engine's answer for no such operation, with the point's unit, saying what is wrong
+		resp, err := a.e.Status(ctx, a.opts.Caller(ctx), req.Params.Name, promcp.StatusRequest{}, nil)
+		if err != nil {
+			return nil, err
+		}
+		resp.OperationID, resp.Reason, resp.Detail = sr.OperationID, problem, problem
+		return result(resp, true)
 	}
 	var progress func(promcp.StatusResponse)
 	if meta := req.Params.Meta; meta != nil && meta.ProgressToken != nil {

@@ -40,12 +40,13 @@ func runLint(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("lint", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: physmcpd lint [--strict] [--json] [--rules] (TOOLS.json | --stdio \"CMD ARGS\" | --url URL [--header \"Name: value\"]...)")
+		fmt.Fprintln(stderr, "usage: physmcpd lint [--strict] [--strict-base] [--json] [--rules] (TOOLS.json | --stdio \"CMD ARGS\" | --url URL [--header \"Name: value\"]...)")
 		fmt.Fprintln(stderr, "  TOOLS.json: a tool list (physmcpd tools --json, a tools/list result, or the reference linter's array);")
 		fmt.Fprintln(stderr, "  --stdio and --url also call every read_* and can_do (never a do_*) and check the answers.")
 		fs.PrintDefaults()
 	}
 	strict := fs.Bool("strict", false, "warnings fail too")
+	strictBase := fs.Bool("strict-base", false, "report the extension verb start_* (docs/roadmap.md) as not base proMCP v0.2")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	stdioCmd := fs.String("stdio", "", "lint the server this command starts (MCP over its stdin/stdout)")
 	url := fs.String("url", "", "lint the streamable HTTP server at URL")
@@ -129,7 +130,7 @@ func runLint(args []string, stdout, stderr io.Writer) int {
 		report.Notes = append(report.Notes, notes...)
 	}
 	report.Tools = len(tools)
-	report.Add(lint.Check(tools)...)
+	report.Add(lint.CheckWith(tools, lint.Options{StrictBase: *strictBase})...)
 	report.Add(liveFindings...)
 
 	if *asJSON {
