@@ -33,6 +33,9 @@ const (
 	ToolStatus   ToolKind = "read_status"
 	ToolCancel   ToolKind = "do_cancel"
 	ToolSequence ToolKind = "do_sequence"
+	// ToolStream is stream_* of a streamable read capability (Capability):
+	// the edge subscribes the caller to its reading with Watch.
+	ToolStream ToolKind = "stream"
 )
 
 // Tool is one tool the engine serves.

@@ -227,7 +227,7 @@ func (e *Engine) CanDo(ctx context.Context, caller Caller, req promcp.CanDoReque
 	}
 
 	for _, t := range e.tools {
-		if t.Capability == nil {
+		if t.Kind != ToolRead && t.Kind != ToolDo {
 			continue
 		}
 		pt := e.points[t.Name]
@@ -258,6 +258,7 @@ func (e *Engine) CanDo(ctx context.Context, caller Caller, req promcp.CanDoReque
 		}
 		rep.Blocked = append(rep.Blocked, b)
 	}
+	e.operationMatches(ctx, caller, &rep, in, req.Scope, now)
 	slices.SortStableFunc(rep.Candidates, func(a, b promcp.Candidate) int {
 		return -cmpFloat(a.Confidence, b.Confidence)
 	})

@@ -192,6 +192,11 @@ func New(m *manifest.Manifest, p *policy.Policy, buses map[string]drivers.Bus, o
 		e.byLocation[pt.location] = append(e.byLocation[pt.location], pt)
 		e.tools = append(e.tools, Tool{Name: pt.tool, Kind: ToolKind(c.Kind), Capability: c})
 	}
+	for _, c := range m.Capabilities {
+		if c.Kind == manifest.KindRead && c.Streamable {
+			e.tools = append(e.tools, Tool{Name: c.StreamTool(), Kind: ToolStream, Capability: c})
+		}
+	}
 	for _, o := range m.Operations {
 		if o.Kind == manifest.KindSequence {
 			e.tools = append(e.tools, Tool{Name: o.SequenceTool(), Kind: ToolSequence, Operation: o})

@@ -235,3 +235,26 @@ func TestSequenceCompensatesInReverseAndActsOncePerStep(t *testing.T) {
 		t.Fatalf("the retried sequence acted again: %v, %+v", wire.log(), again)
 	}
 }
+
+func TestCanDoKnowsOperations(t *testing.T) {
+	e, wire := opsRig(t, "")
+	rep, err := e.CanDo(context.Background(), operator, promcp.CanDoRequest{Intent: promcp.Intent{SemanticTags: []string{"oven", "ramp"}, Action: "set", Value: 30.0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, c := range rep.Candidates {
+		found = found || c.Capability == "start_oven_ramp" && c.Permission == promcp.Allowed && c.ValidUntil != ""
+	}
+	if !found {
+		t.Fatalf("start_oven_ramp is no allowed candidate: %+v", rep)
+	}
+	// the changeover's third step is interlocked: the dry run says so before anything acts
+	rep, _ = e.CanDo(context.Background(), operator, promcp.CanDoRequest{Intent: promcp.Intent{SemanticTags: []string{"changeover"}}})
+	if len(rep.Blocked) != 1 || rep.Blocked[0].Capability != "do_changeover" || rep.Blocked[0].Permission != promcp.PolicyDenied {
+		t.Fatalf("do_changeover: %+v", rep)
+	}
+	if n := len(wire.log()); n != 0 {
+		t.Fatalf("can_do wrote %d times", n)
+	}
+}

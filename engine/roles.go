@@ -17,6 +17,9 @@ func (e *Engine) Permits(tool string, role manifest.Role) bool {
 		return true
 	}
 	for _, t := range e.tools {
+		if t.Name == tool && t.Kind == ToolStream {
+			return e.roleAccess(e.points[t.Capability.ToolName()], role).permission == promcp.Allowed
+		}
 		if t.Name == tool && t.Operation != nil {
 			// read_status_* observes; the others act
 			return t.Kind == ToolStatus || e.opAccess(t.Operation, role).permission == promcp.Allowed

@@ -89,6 +89,9 @@ const (
 	// (docs/roadmap.md): a documented extension, not base proMCP v0.2. Its
 	// companions read_status_<x> and do_cancel_<x> are base read_* and do_*.
 	KindStart Kind = "start"
+	// KindStream is stream_<x>, the proposal for the roadmap's v0.4: it
+	// subscribes the caller to a reading's resource.
+	KindStream Kind = "stream"
 )
 
 // KindOf is the verb a tool name declares.
@@ -102,16 +105,18 @@ func KindOf(name string) Kind {
 		return KindDo
 	case strings.HasPrefix(name, "start_") && len(name) > len("start_"):
 		return KindStart
+	case strings.HasPrefix(name, "stream_") && len(name) > len("stream_"):
+		return KindStream
 	}
 	return ""
 }
 
 // Extension says whether a verb is a documented extension rather than base proMCP.
-func (k Kind) Extension() bool { return k == KindStart }
+func (k Kind) Extension() bool { return k == KindStart || k == KindStream }
 
 // Options tune the static checks.
 type Options struct {
-	// StrictBase reports the extension verbs (start_*) as names that are not
+	// StrictBase reports the extension verbs (start_*, stream_*) as names that are not
 	// base proMCP v0.2, as the reference validator would.
 	StrictBase bool
 }
@@ -158,7 +163,7 @@ type Rule struct {
 // Rules lists every rule id the linter can report, in the order of docs/lint.md.
 var Rules = []Rule{
 	{"name-format", Error, false, "name matches ^[a-z][a-z0-9_]*$ and has at most 64 characters"},
-	{"name-verb", Error, false, "name is read_<x>, do_<x> or exactly can_do (or the extension start_<x>, except under --strict-base)"},
+	{"name-verb", Error, false, "name is read_<x>, do_<x> or exactly can_do (or the extensions start_<x> and stream_<x>, except under --strict-base)"},
 	{"name-generic", Warning, false, "name says what it is about (not read_data, do_update, ...)"},
 	{"name-duplicate", Error, false, "no two tools share a name"},
 	{"cando-single", Error, false, "exactly one can_do (a server without do_* tools only gets a warning)"},
@@ -180,6 +185,7 @@ var Rules = []Rule{
 	{"start-companions", Error, false, "a start_<x> comes with read_status_<x> and do_cancel_<x>"},
 	{"status-response", Error, false, "a read_status_<x> beside a start_<x> answers operation_id, state (running|succeeded|failed|cancelled|unknown) and progress besides the read_* fields"},
 	{"cancel-input", Error, false, "a do_cancel_<x> beside a start_<x> takes operation_id"},
+	{"stream-response", Error, false, "a stream_* response has status (subscribed|failed), resource_uri, interval_ms, deadband, first; its annotations say read-only"},
 	{"tool-density", Warning, false, "at most 8 tools per server"},
 	{"do-density", Warning, false, "at most 5 do_* tools per server"},
 	{"annotation-hint", Warning, false, "readOnlyHint agrees with the verb (an error when a do_* claims read-only)"},

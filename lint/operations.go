@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// Asynchronous operations, physmcpd's proposal for proMCP's roadmap v0.3
+// Asynchronous operations and streams, physmcpd's proposal for proMCP's roadmap v0.3
 // (docs/roadmap.md): start_<x> answers at once with an operation id,
 // read_status_<x> observes it and do_cancel_<x> stops it. The companions
 // keep base prefixes and base contracts; only start_ is an extension verb.
@@ -74,6 +74,21 @@ func checkOperations(tools []Tool) []Finding {
 		if hasCancel {
 			if _, ok := properties(cancel.InputSchema)["operation_id"]; !ok {
 				out = append(out, finding("cancel-input", cancel.Name, "inputSchema lacks operation_id"))
+			}
+		}
+	}
+	return out
+}
+
+// checkStreamResponse checks stream_<x> (roadmap v0.4): a subscription to the
+// reading's resource, whose updates arrive as notifications/resources/updated.
+func checkStreamResponse(t Tool) []Finding {
+	props := properties(t.OutputSchema)
+	out := lacking("stream-response", t.Name, "response schema", missingKeys(props, "status", "resource_uri", "interval_ms", "deadband", "first"))
+	if s, ok := props["status"].(map[string]any); ok {
+		for _, v := range enumStrings(s) {
+			if v != "subscribed" && v != "failed" {
+				out = append(out, finding("stream-response", t.Name, "status allows %q; want subscribed or failed", v))
 			}
 		}
 	}

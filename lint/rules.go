@@ -145,6 +145,8 @@ func checkTool(t Tool, opts Options) []Finding {
 			out = append(out, checkCanDoResponse(t)...)
 		case KindStart:
 			out = append(out, checkStartResponse(t)...)
+		case KindStream:
+			out = append(out, checkStreamResponse(t)...)
 		}
 		out = append(out, checkPermissionEnums(name, t.OutputSchema, "")...)
 	}
@@ -155,7 +157,7 @@ func checkTool(t Tool, opts Options) []Finding {
 			f := finding("annotation-hint", name, "a %s_* tool claims readOnlyHint true: clients may call it without asking", kind)
 			f.Severity = Error
 			add(f)
-		case (kind == KindRead || kind == KindCanDo) && !*a.ReadOnlyHint:
+		case (kind == KindRead || kind == KindCanDo || kind == KindStream) && !*a.ReadOnlyHint:
 			add(finding("annotation-hint", name, "readOnlyHint is false on a tool without side effects: clients will ask before every call"))
 		}
 	}

@@ -17,7 +17,8 @@ func decoderKeys() (docs, schema map[string][]string) {
 	known := strictyaml.Known
 	docs = map[string][]string{}
 	for _, v := range []any{Manifest{}, Device{}, Location{}, Coordinates{}, Network{}, Protocol{}, Mesh{}, Audit{}, RemoteSink{}, Telemetry{}, TelemetryMQTT{}, SafeState{},
-		BusSim{}, I2CBus{}, GPIOBus{}, ModbusTCPBus{}, ModbusRTUBus{}, MCPBus{}, Adopt{}, RS485{}, RS485Line{}, Capability{}, Range{}, PointSim{}, Waveform{}, Interlock{}} {
+		BusSim{}, I2CBus{}, GPIOBus{}, ModbusTCPBus{}, ModbusRTUBus{}, MCPBus{}, Adopt{}, RS485{}, RS485Line{}, Capability{}, Range{}, PointSim{}, Waveform{}, Interlock{},
+		Operation{}, Ramp{}, Run{}, Move{}, Step{}, StepCall{}} {
 		t := reflect.TypeOf(v)
 		docs[t.Name()] = known(t)
 	}

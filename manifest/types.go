@@ -229,12 +229,14 @@ type Capability struct {
 	CacheTTLMs         *int     `yaml:"cache_ttl_ms"`
 	// Deadband and MinUpdateIntervalMs pace the change notifications of a
 	// read capability's reading (resource subscriptions).
-	Deadband            *float64  `yaml:"deadband"`
-	MinUpdateIntervalMs *int      `yaml:"min_update_interval_ms"`
-	Compensable         *bool     `yaml:"compensable"`
-	Group               string    `yaml:"group"`
-	SafeValue           any       `yaml:"safe_value"`
-	Simulation          *PointSim `yaml:"simulation"`
+	Deadband            *float64 `yaml:"deadband"`
+	MinUpdateIntervalMs *int     `yaml:"min_update_interval_ms"`
+	// Streamable gives a read capability a stream_<name> tool (docs/roadmap.md).
+	Streamable  bool      `yaml:"streamable"`
+	Compensable *bool     `yaml:"compensable"`
+	Group       string    `yaml:"group"`
+	SafeValue   any       `yaml:"safe_value"`
+	Simulation  *PointSim `yaml:"simulation"`
 	// Interlocks are conditions on other capabilities' readings that must
 	// hold for a do capability to act (interlock.go).
 	Interlocks []*Interlock `yaml:"interlocks"`
@@ -244,6 +246,9 @@ type Capability struct {
 
 // ToolName is the MCP tool this capability becomes.
 func (c *Capability) ToolName() string { return string(c.Kind) + "_" + c.Name }
+
+// StreamTool is stream_<name>, the tool of a streamable read capability.
+func (c *Capability) StreamTool() string { return "stream_" + c.Name }
 
 // Timeout is timeout_ms with its default of 5 s.
 func (c *Capability) Timeout() time.Duration {

@@ -499,6 +499,9 @@ func (v *validator) capability(path string, c *Capability) {
 			v.errorf(at.Of("deadband"), path+".deadband", "must be a number >= 0 (in the capability's unit), got %g", *d)
 		}
 	}
+	if c.Streamable && len(c.StreamTool()) > maxToolName {
+		v.errorf(at.Of("streamable"), path+".streamable", "tool name %s is %d characters; the limit is %d", c.StreamTool(), len(c.StreamTool()), maxToolName)
+	}
 	if n := c.MinUpdateIntervalMs; n != nil && *n < MinUpdateIntervalFloorMs {
 		v.errorf(at.Of("min_update_interval_ms"), path+".min_update_interval_ms", "must be at least %d, got %d", MinUpdateIntervalFloorMs, *n)
 	}
@@ -535,7 +538,7 @@ func (v *validator) capability(path string, c *Capability) {
 			}
 		}
 	case KindDo:
-		for _, key := range []string{"cacheable", "cache_ttl_ms", "sample_rate_hz", "deadband", "min_update_interval_ms"} {
+		for _, key := range []string{"cacheable", "cache_ttl_ms", "sample_rate_hz", "deadband", "min_update_interval_ms", "streamable"} {
 			if at.Has(key) {
 				v.errorf(at.Of(key), path+"."+key, "only applies to read capabilities")
 			}

@@ -98,7 +98,8 @@ func New(e *engine.Engine, opts Options) (*server.MCPServer, error) {
 	a.resources = newResources(a, s, hooks)
 	e.OnDeviceEvent(a.logDeviceEvent)
 	handlers := map[engine.ToolKind]server.ToolHandlerFunc{engine.ToolRead: a.read, engine.ToolDo: a.do, engine.ToolCanDo: a.canDo,
-		engine.ToolStart: a.start, engine.ToolStatus: a.status, engine.ToolCancel: a.cancel, engine.ToolSequence: a.sequence}
+		engine.ToolStart: a.start, engine.ToolStatus: a.status, engine.ToolCancel: a.cancel, engine.ToolSequence: a.sequence,
+		engine.ToolStream: a.stream}
 	// GroupTools lists the tools in the order of the surface's.
 	for i, t := range surface.Tools() {
 		s.AddTool(tools[i], a.logged(a.recovered(t.Kind, handlers[t.Kind])))

@@ -17,6 +17,7 @@ import (
 var lintExamples = []struct{ name, manifest, policy, token string }{
 	{"greenhouse", "../../examples/physmcp.manifest.yml", "../../examples/physmcp.policy.yml", "operator-example-token-do-not-use"},
 	{"pump-skid", "../../examples/pump-skid/physmcp.manifest.yml", "../../examples/pump-skid/physmcp.policy.yml", "supervisor-example-token"},
+	{"roadmap", "../../examples/roadmap/physmcp.manifest.yml", "../../examples/roadmap/physmcp.policy.yml", "operator-example-token-do-not-use"},
 }
 
 // adoptingExamples are the proxy and site examples, whose nodes work
@@ -135,6 +136,46 @@ func TestLintBrokenListAndExitCodes(t *testing.T) {
 		var out bytes.Buffer
 		if code := runLint(tc.args, &out, &out); code != tc.want {
 			t.Errorf("lint %q: exit %d, want %d:\n%s", tc.args, code, tc.want, out.String())
+		}
+	}
+}
+
+// The roadmap's extension verbs pass by default, are not base proMCP under
+// --strict-base, and a start_* without its companions is refused.
+func TestLintExtensionVerbs(t *testing.T) {
+	var list, stderr bytes.Buffer
+	ex := lintExamples[2]
+	if code := runTools([]string{"--manifest", ex.manifest, "--policy", ex.policy, "--group", "process", "--json"}, &list, &stderr); code != 0 {
+		t.Fatalf("tools: exit %d: %s", code, stderr.String())
+	}
+	dir := t.TempDir()
+	file, orphan := filepath.Join(dir, "tools.json"), filepath.Join(dir, "orphan.json")
+	if err := os.WriteFile(file, list.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// a start_* whose companions are named for another operation
+	renamed := strings.NewReplacer(`"read_status_oven_ramp"`, `"read_status_other"`, `"do_cancel_oven_ramp"`, `"do_cancel_other"`).Replace(list.String())
+	if err := os.WriteFile(orphan, []byte(renamed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want int
+		has  []string
+	}{
+		{[]string{"--strict", file}, 0, []string{"0 error(s), 0 warning(s)"}},
+		{[]string{"--strict-base", file}, 1, []string{"name-verb                       start_oven_ramp", "name-verb                       stream_oven_temperature", "2 error(s)"}},
+		{[]string{orphan}, 1, []string{"start-companions", "lacks read_status_oven_ramp and do_cancel_oven_ramp"}},
+	} {
+		var out bytes.Buffer
+		code := runLint(tc.args, &out, &out)
+		if code != tc.want {
+			t.Errorf("lint %q: exit %d, want %d:\n%s", tc.args, code, tc.want, out.String())
+		}
+		for _, h := range tc.has {
+			if !strings.Contains(out.String(), h) {
+				t.Errorf("lint %q: no %q in:\n%s", tc.args, h, out.String())
+			}
 		}
 	}
 }

@@ -86,7 +86,8 @@ func New(e *engine.Engine, opts Options) (*Server, error) {
 	s := &Server{opts: opts, surface: surface, kinds: map[string]engine.ToolKind{}}
 	tools := []mcpcore.Tool{}
 	for _, t := range surface.Tools() {
-		if !e.Permits(t.Name, opts.Caller.Role) {
+		// stream_* needs resource subscriptions, which only the Full build serves
+		if t.Kind == engine.ToolStream || !e.Permits(t.Name, opts.Caller.Role) {
 			continue
 		}
 		s.kinds[t.Name] = t.Kind

@@ -31,6 +31,15 @@ func operationTool(t engine.Tool) (in, out promcp.Schema, title, desc string, an
 	}
 }
 
+func streamDescription(c *manifest.Capability) string {
+	pace := fmt.Sprintf("at most one update every %d ms", c.MinUpdateInterval().Milliseconds())
+	if c.IsNumeric() {
+		pace += fmt.Sprintf(", and none for a change of %s%s or less", promcp.Number(c.ChangeDeadband()), unitClause(c))
+	}
+	return fmt.Sprintf("Subscribes this session to read_%s's reading: answers the resource URI, the pace and the first reading, and the values then arrive as notifications/resources/updated (the reading in _meta), %s (interval_ms and deadband may ask for less, never more)."+
+		" Observation only, no side effects. resources/unsubscribe with the URI, or the end of the session, ends it.", c.Name, pace)
+}
+
 func startDescription(o *manifest.Operation) string {
 	var b strings.Builder
 	b.WriteString(sentence(o.Description))

@@ -58,6 +58,11 @@ func Tools(e *engine.Engine) ([]Tool, error) {
 			title = "Change " + words(t.Capability.Name)
 			desc = doDescription(t.Capability, accessFacts(p, t.Name, t.Capability)+limitFacts(p, t.Name, t.Capability))
 			ann = annotations(title, false, !compensable(t.Capability))
+		case engine.ToolStream:
+			in, out = promcp.StreamInputSchema(t.Capability), promcp.StreamOutputSchema(t.Capability)
+			title = "Stream " + words(t.Capability.Name)
+			desc = streamDescription(t.Capability) + accessFacts(p, t.Capability.ToolName(), t.Capability)
+			ann = annotations(title, true, false)
 		case engine.ToolStart, engine.ToolStatus, engine.ToolCancel, engine.ToolSequence:
 			in, out, title, desc, ann = operationTool(t)
 		case engine.ToolCanDo:

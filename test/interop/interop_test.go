@@ -386,3 +386,15 @@ func TestInteropLintStdio(t *testing.T) {
 		}
 	}
 }
+
+// TestInteropTypeScriptStream: the TypeScript SDK client subscribes with
+// stream_* (docs/roadmap.md) and receives at least 10 updates at the
+// declared rate, none within the deadband of the one before.
+func TestInteropTypeScriptStream(t *testing.T) {
+	needNode(t)
+	physmcpd, _ := binaries(t)
+	const manifest, policy = "../../examples/roadmap/physmcp.manifest.yml", "../../examples/roadmap/physmcp.policy.yml"
+	srv := start(t, physmcpd, "serve", "--manifest", manifest, "--policy", policy, "--simulate", "--http", "127.0.0.1:0")
+	out := runNode(t, []string{"MCP_BEARER=operator-example-token-do-not-use"}, "ts-stream.mjs", srv.base+"/mcp/process", "stream_oven_temperature", "12")
+	t.Logf("official TypeScript SDK client, stream_oven_temperature:\n%s", out)
+}
