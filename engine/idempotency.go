@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"sync"
 	"time"
 
 	"github.com/physmcp/physmcpd/manifest"
@@ -38,6 +37,10 @@ type Record struct {
 	// SentAt is when the write left (or was about to leave) for the device:
 	// the moment its cooldown and rate windows are charged from.
 	SentAt time.Time `json:",omitzero"`
+	// Forgotten says the store knows the key was used (at At) but no longer
+	// holds its outcome (MemoryStore keeps a bounded number): a call with it
+	// is refused, neither replayed nor executed again.
+	Forgotten bool `json:",omitempty"`
 }
 
 // final is r's request with its outcome resp, recorded at `at`: no longer in doubt.
@@ -56,46 +59,6 @@ func (r Record) retryable() bool {
 type IdempotencyStore interface {
 	Load(key string) (Record, bool)
 	Save(key string, r Record) error
-}
-
-// MemoryStore is an IdempotencyStore that forgets on restart.
-type MemoryStore struct {
-	now   func() time.Time
-	mu    sync.Mutex
-	recs  map[string]Record
-	saves int
-}
-
-// NewMemoryStore returns an empty store; now is its clock.
-func NewMemoryStore(now func() time.Time) *MemoryStore {
-	return &MemoryStore{now: now, recs: map[string]Record{}}
-}
-
-// Load returns the record for key if it is younger than KeyRetention.
-func (s *MemoryStore) Load(key string) (Record, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, ok := s.recs[key]
-	if !ok || s.now().Sub(r.At) > KeyRetention {
-		return Record{}, false
-	}
-	return r, true
-}
-
-// Save stores r under key, pruning expired records now and then.
-func (s *MemoryStore) Save(key string, r Record) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.recs[key] = r
-	if s.saves++; s.saves%1024 == 0 {
-		cutoff := s.now().Add(-KeyRetention)
-		for k, rec := range s.recs {
-			if rec.At.Before(cutoff) {
-				delete(s.recs, k)
-			}
-		}
-	}
-	return nil
 }
 
 // fingerprint canonicalises a request: JSON numbers compare by value, so 21
