@@ -240,6 +240,7 @@ func (t *sessionTable) expire() {
 type sessionEndpoint struct {
 	table     *sessionTable
 	transport *server.StreamableHTTPServer
+	lists     *toolLists // tools/list answered from bytes (toolslist.go)
 }
 
 // ResolveSessionIdManager hands mcp-go a manager bound to the request's
@@ -285,6 +286,7 @@ func (ep *sessionEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, rpcError(nil, mcp.PARSE_ERROR, fmt.Sprintf("reading the request body: %v", err), nil))
 		return
 	}
+	known := false // id is an open session of ep
 	switch {
 	case creates:
 		adm, retry := ep.table.admit()
@@ -297,11 +299,15 @@ func (ep *sessionEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case id != "":
 		if ep.table.begin(ep, id) {
 			defer ep.table.end(id)
+			known = true
 		} else if r.Method == http.MethodGet {
 			// mcp-go would open a stream under an id it does not check.
 			http.Error(w, "Invalid session ID", http.StatusNotFound)
 			return
 		}
+	}
+	if ep.lists.serve(w, r, known) {
+		return
 	}
 	ep.transport.ServeHTTP(w, r)
 }

@@ -60,6 +60,7 @@ func newHTTPHandler(logger *slog.Logger, limits SessionLimits) *HTTPHandler {
 func (h *HTTPHandler) mount(path string, s *server.MCPServer) {
 	ep := &sessionEndpoint{table: h.sessions}
 	ep.transport = server.NewStreamableHTTPServer(s, server.WithStreamableHTTPLogger(h.logger), server.WithSessionIdManagerResolver(ep))
+	ep.lists = newToolLists(ep.transport)
 	h.mux.Handle(path, ep)
 	h.transports = append(h.transports, ep.transport)
 }
