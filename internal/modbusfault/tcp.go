@@ -21,14 +21,23 @@ type TCP struct {
 // StartTCP listens on 127.0.0.1 and serves until the test ends.
 func StartTCP(tb testing.TB) *TCP {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	s, err := ListenTCP()
 	if err != nil {
 		tb.Fatalf("modbusfault: %v", err)
 	}
-	s := &TCP{Device: newDevice(), ln: ln, conns: map[*net.TCPConn]bool{}}
-	s.wg.Go(s.accept)
 	tb.Cleanup(s.Close)
 	return s
+}
+
+// ListenTCP listens on 127.0.0.1 and serves until Close (for bench/).
+func ListenTCP() (*TCP, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &TCP{Device: newDevice(), ln: ln, conns: map[*net.TCPConn]bool{}}
+	s.wg.Go(s.accept)
+	return s, nil
 }
 
 // Addr is the host:port to connect to.

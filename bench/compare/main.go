@@ -1,0 +1,824 @@
+// Command compare measures physmcpd against its baselines side by side, as
+// issue 12 asks: physmcpd and a bare mcp-go server (bench/compare/baremcp,
+// with and without schema validation) built from this tree and run as
+// processes, and a bare goburrow client reading the same register from the
+// same loopback Modbus TCP device (internal/modbusfault). Alternatives run
+// in interleaved rounds, in an order that rotates, and each ratio is the
+// median of its per-round ratios: the machine is shared and its load drifts.
+// It prints the table of docs/performance.md. bench/compare.sh runs it; the
+// README's test command does not.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	gb "github.com/goburrow/modbus"
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/physmcp/physmcpd/drivers/modbus"
+	"github.com/physmcp/physmcpd/internal/modbusfault"
+	"github.com/physmcp/physmcpd/manifest"
+)
+
+func main() {
+	rounds := flag.Int("rounds", 21, "interleaved rounds per ratio")
+	calls := flag.Int("do-calls", 30000, "do_* calls before the resident memory is read")
+	flag.Parse()
+	b := &bench{rounds: *rounds, doCalls: *calls}
+	err := b.run()
+	b.stopAll()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		os.Exit(1)
+	}
+}
+
+type bench struct {
+	rounds, doCalls int
+	dir             string
+	physmcpd, bare  string // binaries
+	procs           []*exec.Cmd
+	rows            []row
+}
+
+// row is one line of the table.
+type row struct{ measure, result, goal, rounds string }
+
+func (b *bench) add(measure, result, goal string, rounds int) {
+	r := row{measure, result, goal, "–"}
+	if rounds > 0 {
+		r.rounds = strconv.Itoa(rounds)
+	}
+	b.rows = append(b.rows, r)
+	fmt.Fprintf(os.Stderr, "  %s: %s\n", measure, result)
+}
+
+func (b *bench) run() error {
+	var err error
+	if b.dir, err = os.MkdirTemp("", "physmcpd-compare"); err != nil {
+		return err
+	}
+	defer os.RemoveAll(b.dir)
+	b.physmcpd, b.bare = filepath.Join(b.dir, "physmcpd"), filepath.Join(b.dir, "baremcp")
+	for bin, pkg := range map[string]string{b.physmcpd: "./cmd/physmcpd", b.bare: "./bench/compare/baremcp"} {
+		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	dev, err := modbusfault.ListenTCP()
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	dev.Set(modbusfault.HoldingRegisters, 0, 123)
+	b.write("read.yml", readManifest(dev.Addr()))
+	b.write("zones.yml", zonesManifest())
+	b.write("policy.yml", policyYAML)
+
+	host, _ := os.Hostname()
+	fmt.Printf("physmcpd bench/compare on %s: %s, %d CPUs, %s/%s, %s, %s\n\n", host, cpuModel(), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), time.Now().UTC().Format(time.RFC3339))
+	steps := []func(*modbusfault.TCP) error{b.cachedReads, b.uncachedReads, b.busInProcess, b.toolsList, b.canDo, b.durable, b.memory}
+	for _, step := range steps {
+		if err := step(dev); err != nil {
+			return err
+		}
+		b.stopAll()
+	}
+	fmt.Println("| measure | result | goal | rounds |")
+	fmt.Println("|---|---|---|---|")
+	for _, r := range b.rows {
+		fmt.Printf("| %s | %s | %s | %s |\n", r.measure, r.result, r.goal, r.rounds)
+	}
+	return nil
+}
+
+// --- the devices ---------------------------------------------------------
+
+const policyYAML = "physmcp_policy_version: \"0.1\"\nidentity:\n  local_role: operator\n"
+
+// readManifest is one holding register of the loopback device, read through
+// a cached capability and an uncached one.
+func readManifest(addr string) string {
+	return fmt.Sprintf(`physmcp_version: "0.1"
+device: {id: bench_rig, type: test_rig}
+buses:
+  plc: {type: modbus-tcp, address: %q}
+capabilities:
+  - {name: level, kind: read, description: Tank level., data_type: int, unit: cm, semantic_tags: [tank, level],
+     binding: {bus: plc, unit: 1, table: holding, address: 0, data_type: uint16}, cache_ttl_ms: 3600000}
+  - {name: level_live, kind: read, description: Tank level from the device every time., data_type: int, unit: cm, semantic_tags: [tank, level],
+     binding: {bus: plc, unit: 1, table: holding, address: 0, data_type: uint16}, cacheable: false}
+`, addr)
+}
+
+// zonesManifest is 200 simulated capabilities: 100 zone setpoints (do_*,
+// no cooldown or rate limit) and 100 zone temperatures.
+func zonesManifest() string {
+	var s strings.Builder
+	s.WriteString(`physmcp_version: "0.1"
+device: {id: zones, type: test_rig, location: {zone: lab}}
+buses:
+  mb: {type: modbus-tcp, address: 127.0.0.1:1502, simulated: true, simulation: {latency_ms: 0, seed: 1}}
+capabilities:
+`)
+	for i := range 100 {
+		fmt.Fprintf(&s, `  - {name: setpoint_%03d, kind: do, description: Zone %d setpoint., data_type: float, unit: "°C", range: {min: 0, max: 100},
+     binding: {bus: mb, unit: 1, table: holding, address: %d, data_type: uint16, scale: 0.1},
+     semantic_tags: [heating, setpoint, zone_%03d], side_effects: ["zone %d heats"]}
+  - {name: temperature_%03d, kind: read, description: Zone %d air temperature., data_type: float, unit: "°C", range: {min: -40, max: 125},
+     binding: {bus: mb, unit: 1, table: input, address: %d, data_type: int16, scale: 0.1}, cache_ttl_ms: 3600000,
+     semantic_tags: [temperature, air, zone_%03d]}
+`, i, i, i, i, i, i, i, i, i)
+	}
+	return s.String()
+}
+
+func (b *bench) write(name, text string) string {
+	path := filepath.Join(b.dir, name)
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		panic(err) // the temporary directory was just made
+	}
+	return path
+}
+
+// --- processes -----------------------------------------------------------
+
+// serveHTTP starts physmcpd serving the manifest NAME.yml (see run) over
+// HTTP and returns its URL.
+func (b *bench) serveHTTP(manifest string, extra ...string) (string, *exec.Cmd, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	args := append([]string{"serve", "--manifest", filepath.Join(b.dir, manifest+".yml"), "--policy", filepath.Join(b.dir, "policy.yml"),
+		"--http", addr, "--log-level", "error"}, extra...)
+	cmd := exec.Command(b.physmcpd, args...)
+	cmd.Stderr = os.Stderr
+	if err := b.start(cmd); err != nil {
+		return "", nil, err
+	}
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return "http://" + addr + "/mcp", cmd, nil
+		}
+	}
+	return "", nil, fmt.Errorf("physmcpd %v did not listen", args)
+}
+
+// serveBare starts baremcp with tool and returns its URL.
+func (b *bench) serveBare(toolFile string, validate bool) (string, error) {
+	cmd := exec.Command(b.bare, "-tool", toolFile, "-validate="+strconv.FormatBool(validate))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	if err := b.start(cmd); err != nil {
+		return "", err
+	}
+	line := make([]byte, 128)
+	n, _ := out.Read(line)
+	addr, ok := strings.CutPrefix(strings.TrimSpace(string(line[:n])), "listening ")
+	if !ok {
+		return "", fmt.Errorf("baremcp said %q", line[:n])
+	}
+	return "http://" + addr + "/mcp", nil
+}
+
+func (b *bench) start(cmd *exec.Cmd) error {
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	b.procs = append(b.procs, cmd)
+	return nil
+}
+
+func (b *bench) stopAll() {
+	for _, p := range b.procs {
+		_ = p.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = p.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = p.Process.Kill()
+			<-done
+		}
+	}
+	b.procs = nil
+}
+
+// --- clients -------------------------------------------------------------
+
+// pooled keeps connections to every server for all concurrent clients.
+var pooled = &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256}}
+
+// legacyVersion is what clients in use today speak (initialize handshake,
+// sessions); both servers serve it the same way.
+const legacyVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
+
+func connectHTTP(url string) (*client.Client, error) {
+	tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPBasicClient(pooled))
+	if err != nil {
+		return nil, err
+	}
+	return initialize(client.NewClient(tr))
+}
+
+func connectStdio(bin string, args ...string) (*client.Client, error) {
+	tr := transport.NewStdio(bin, nil, args...)
+	return initialize(client.NewClient(tr))
+}
+
+func initialize(c *client.Client) (*client.Client, error) {
+	ctx := context.Background()
+	if err := c.Start(ctx); err != nil {
+		return nil, err
+	}
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = legacyVersion
+	init.Params.ClientInfo = mcp.Implementation{Name: "bench-compare", Version: "1"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func clients(n int, connect func() (*client.Client, error)) ([]*client.Client, error) {
+	out := make([]*client.Client, n)
+	for i := range out {
+		var err error
+		if out[i], err = connect(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func call(c *client.Client, tool string, args map[string]any) (*mcp.CallToolResult, error) {
+	req := mcp.CallToolRequest{}
+	req.Params.Name = tool
+	req.Params.Arguments = args
+	res, err := c.CallTool(context.Background(), req)
+	if err == nil && res.IsError {
+		err = fmt.Errorf("%s: %v", tool, res.Content)
+	}
+	return res, err
+}
+
+// calls runs n calls of tool on each client at once and returns the time per call.
+func calls(cs []*client.Client, tool string, n int) func() (float64, error) {
+	return func() (float64, error) {
+		var wg sync.WaitGroup
+		var failed atomic.Pointer[error]
+		start := time.Now()
+		for _, c := range cs {
+			wg.Go(func() {
+				for range n {
+					if _, err := call(c, tool, nil); err != nil {
+						failed.Store(&err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if err := failed.Load(); err != nil {
+			return 0, *err
+		}
+		return float64(time.Since(start).Nanoseconds()) / float64(n*len(cs)), nil
+	}
+}
+
+// --- rounds --------------------------------------------------------------
+
+// rounds runs each arm once per round, in an order that rotates from round
+// to round, and returns ns[round][arm].
+func rounds(n int, arms ...func() (float64, error)) ([][]float64, error) {
+	ns := make([][]float64, n)
+	for r := range ns {
+		ns[r] = make([]float64, len(arms))
+		for k := range arms {
+			i := (k + r) % len(arms)
+			v, err := arms[i]()
+			if err != nil {
+				return nil, err
+			}
+			ns[r][i] = v
+		}
+	}
+	return ns, nil
+}
+
+func median(xs []float64) float64 {
+	xs = slices.Clone(xs)
+	slices.Sort(xs)
+	if len(xs) == 0 {
+		return 0
+	}
+	m := len(xs) / 2
+	if len(xs)%2 == 0 {
+		return (xs[m-1] + xs[m]) / 2
+	}
+	return xs[m]
+}
+
+// medianOf is the median over rounds of f of each round's times.
+func medianOf(ns [][]float64, f func(t []float64) float64) float64 {
+	var xs []float64
+	for _, t := range ns {
+		xs = append(xs, f(t))
+	}
+	return median(xs)
+}
+
+func col(i int) func([]float64) float64 { return func(t []float64) float64 { return t[i] } }
+
+func us(ns float64) string { return fmt.Sprintf("%.0f µs", ns/1e3) }
+
+// --- the measures --------------------------------------------------------
+
+// cachedReads: a cached read_* over HTTP against the bare mcp-go server
+// answering the same body with the same schemas, with 1 and 16 clients.
+// The ratio is physmcpd's calls per second ÷ the baseline's.
+func (b *bench) cachedReads(dev *modbusfault.TCP) error {
+	url, _, err := b.serveHTTP("read", "--state-dir", filepath.Join(b.dir, "state-read"))
+	if err != nil {
+		return err
+	}
+	c, err := connectHTTP(url)
+	if err != nil {
+		return err
+	}
+	tool, err := toolFile(b, url, c, "read_level")
+	if err != nil {
+		return err
+	}
+	bareOn, err := b.serveBare(tool, true)
+	if err != nil {
+		return err
+	}
+	bareOff, err := b.serveBare(tool, false)
+	if err != nil {
+		return err
+	}
+	for _, n := range []int{1, 16} {
+		var arms []func() (float64, error)
+		for _, u := range []string{url, bareOn, bareOff} {
+			cs, err := clients(n, func() (*client.Client, error) { return connectHTTP(u) })
+			if err != nil {
+				return err
+			}
+			arm := calls(cs, "read_level", 3200/(n*4)+50)
+			if _, err := arm(); err != nil { // warm up
+				return err
+			}
+			arms = append(arms, arm)
+		}
+		ns, err := rounds(b.rounds, arms...)
+		if err != nil {
+			return err
+		}
+		per := fmt.Sprintf("physmcpd %s, bare %s / %s per call", us(medianOf(ns, col(0))), us(medianOf(ns, col(1))), us(medianOf(ns, col(2))))
+		b.add(fmt.Sprintf("cached read_* over HTTP ÷ bare mcp-go with validation, %d client(s) (%s)", n, per),
+			fmt.Sprintf("%.2f×", medianOf(ns, func(t []float64) float64 { return t[1] / t[0] })), "≥ 1.1×", b.rounds)
+		b.add(fmt.Sprintf("cached read_* over HTTP ÷ bare mcp-go with validation off, %d client(s)", n),
+			fmt.Sprintf("%.2f×", medianOf(ns, func(t []float64) float64 { return t[2] / t[0] })), "≥ 0.97×", b.rounds)
+	}
+	return nil
+}
+
+// toolFile writes the baseline's tool: physmcpd's definition of name from
+// its tools/list, and a body physmcpd answered.
+func toolFile(b *bench, url string, c *client.Client, name string) (string, error) {
+	list, _, err := rawToolsList(url)
+	if err != nil {
+		return "", err
+	}
+	var resp struct {
+		Result struct {
+			Tools []struct {
+				Name         string          `json:"name"`
+				Description  string          `json:"description"`
+				InputSchema  json.RawMessage `json:"inputSchema"`
+				OutputSchema json.RawMessage `json:"outputSchema"`
+			} `json:"tools"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(list, &resp); err != nil {
+		return "", err
+	}
+	res, err := call(c, name, nil)
+	if err != nil {
+		return "", err
+	}
+	body, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		return "", err
+	}
+	for _, t := range resp.Result.Tools {
+		if t.Name == name {
+			out, err := json.Marshal(map[string]any{"name": t.Name, "description": t.Description, "inputSchema": t.InputSchema, "outputSchema": t.OutputSchema, "body": json.RawMessage(body)})
+			if err != nil {
+				return "", err
+			}
+			return b.write("tool.json", string(out)), nil
+		}
+	}
+	return "", fmt.Errorf("%s is not in physmcpd's tools/list", name)
+}
+
+// rawToolsList opens a legacy session and times tools/list requests over
+// plain HTTP: the server's answer and its transfer, without a client's
+// decoding of the list. It returns the first answer and a function timing one more.
+func rawToolsList(url string) ([]byte, func() (time.Duration, int, error), error) {
+	session := ""
+	post := func(body string) ([]byte, http.Header, error) {
+		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		if err != nil {
+			return nil, nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+			req.Header.Set("Mcp-Protocol-Version", legacyVersion)
+		}
+		resp, err := pooled.Do(req)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer resp.Body.Close()
+		out, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode/100 != 2 {
+			err = fmt.Errorf("%s: %s %s", body, resp.Status, out)
+		}
+		return out, resp.Header, err
+	}
+	_, h, err := post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"` + legacyVersion + `","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}`)
+	if err != nil {
+		return nil, nil, err
+	}
+	session = h.Get("Mcp-Session-Id")
+	if _, _, err := post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`); err != nil {
+		return nil, nil, err
+	}
+	id := 1
+	one := func() (time.Duration, int, error) {
+		id++
+		start := time.Now()
+		out, _, err := post(`{"jsonrpc":"2.0","id":` + strconv.Itoa(id) + `,"method":"tools/list"}`)
+		took := time.Since(start)
+		if err == nil && !bytes.Contains(out, []byte(`"tools"`)) {
+			err = fmt.Errorf("tools/list answered %.200s", out)
+		}
+		return took, len(out), err
+	}
+	first, _, err := post(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
+	return first, one, err
+}
+
+// uncachedReads: what an uncached read adds to a cached one, over HTTP and
+// over stdio, against a bare goburrow read of the same register.
+func (b *bench) uncachedReads(dev *modbusfault.TCP) error {
+	url, _, err := b.serveHTTP("read", "--state-dir", filepath.Join(b.dir, "state-read"))
+	if err != nil {
+		return err
+	}
+	httpC, err := connectHTTP(url)
+	if err != nil {
+		return err
+	}
+	stdioC, err := connectStdio(b.physmcpd, "serve", "--manifest", filepath.Join(b.dir, "read.yml"), "--policy", filepath.Join(b.dir, "policy.yml"),
+		"--stdio", "--state-dir", filepath.Join(b.dir, "state-read-stdio"), "--log-level", "error")
+	if err != nil {
+		return err
+	}
+	defer stdioC.Close()
+	h := gb.NewTCPClientHandler(dev.Addr())
+	h.Timeout, h.SlaveId = time.Second, 1
+	defer h.Close()
+	bare := gb.NewClient(h)
+	const n = 200
+	goburrow := func() (float64, error) {
+		start := time.Now()
+		for range n {
+			if _, err := bare.ReadHoldingRegisters(0, 1); err != nil {
+				return 0, err
+			}
+		}
+		return float64(time.Since(start).Nanoseconds()) / n, nil
+	}
+	arms := []func() (float64, error){goburrow,
+		calls([]*client.Client{httpC}, "read_level_live", n), calls([]*client.Client{httpC}, "read_level", n),
+		calls([]*client.Client{stdioC}, "read_level_live", n), calls([]*client.Client{stdioC}, "read_level", n)}
+	for _, arm := range arms {
+		if _, err := arm(); err != nil {
+			return err
+		}
+	}
+	ns, err := rounds(b.rounds, arms...)
+	if err != nil {
+		return err
+	}
+	for i, transport := range []string{"HTTP", "stdio"} {
+		live, cached := 1+2*i, 2+2*i
+		b.add(fmt.Sprintf("uncached Modbus TCP read over %s: (uncached − cached) ÷ goburrow (goburrow %s, uncached %s, cached %s)", transport,
+			us(medianOf(ns, col(0))), us(medianOf(ns, col(live))), us(medianOf(ns, col(cached)))),
+			fmt.Sprintf("%.2f×", medianOf(ns, func(t []float64) float64 { return (t[live] - t[cached]) / t[0] })), "≤ 1.1×", b.rounds)
+	}
+	return nil
+}
+
+// busInProcess: physmcpd's Modbus bus called in this process against a bare
+// goburrow client, 8 holding registers each.
+func (b *bench) busInProcess(dev *modbusfault.TCP) error {
+	m, diags := manifest.Load(filepath.Join(b.dir, "read.yml"))
+	if m == nil {
+		return fmt.Errorf("%s", diags)
+	}
+	ctx := context.Background()
+	bus, err := modbus.OpenTCP(ctx, m, m.Buses["plc"])
+	if err != nil {
+		return err
+	}
+	defer bus.Close()
+	mb := bus.(interface {
+		ReadRegisters(context.Context, uint8, manifest.ModbusTable, uint16, uint16) ([]uint16, error)
+	})
+	h := gb.NewTCPClientHandler(dev.Addr())
+	h.Timeout, h.SlaveId = time.Second, 1
+	defer h.Close()
+	bare := gb.NewClient(h)
+	const n = 500
+	timed := func(read func() error) func() (float64, error) {
+		return func() (float64, error) {
+			start := time.Now()
+			for range n {
+				if err := read(); err != nil {
+					return 0, err
+				}
+			}
+			return float64(time.Since(start).Nanoseconds()) / n, nil
+		}
+	}
+	arms := []func() (float64, error){
+		timed(func() error { _, err := bare.ReadHoldingRegisters(0, 8); return err }),
+		timed(func() error { _, err := mb.ReadRegisters(ctx, 1, manifest.TableHolding, 0, 8); return err }),
+	}
+	for _, arm := range arms {
+		if _, err := arm(); err != nil {
+			return err
+		}
+	}
+	ns, err := rounds(3*b.rounds, arms...)
+	if err != nil {
+		return err
+	}
+	b.add(fmt.Sprintf("physmcpd's Modbus bus in process ÷ bare goburrow (goburrow %s, bus %s)", us(medianOf(ns, col(0))), us(medianOf(ns, col(1)))),
+		fmt.Sprintf("%.3f×", medianOf(ns, func(t []float64) float64 { return t[1] / t[0] })), "≤ 1.03×", 3*b.rounds)
+	return nil
+}
+
+// toolsList: tools/list at 200 capabilities, p50 over plain HTTP.
+func (b *bench) toolsList(*modbusfault.TCP) error {
+	url, _, err := b.serveHTTP("zones", "--simulate")
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	_, one, err := rawToolsList(url)
+	if err != nil {
+		return err
+	}
+	firstTook := time.Since(start)
+	var ds []float64
+	size := 0
+	for range 30 * b.rounds {
+		d, n, err := one()
+		if err != nil {
+			return err
+		}
+		ds, size = append(ds, float64(d.Nanoseconds())), n
+	}
+	b.add(fmt.Sprintf("tools/list at 200 capabilities, p50 (%d KB; the session's first, from mcp-go, with the handshake: %.1f ms)", size/1000, float64(firstTook.Microseconds())/1000),
+		fmt.Sprintf("%.2f ms", median(ds)/1e6), "≤ 1.5 ms", 0)
+	return nil
+}
+
+// canDo: can_do at 200 capabilities over HTTP, p50 of one client's calls.
+func (b *bench) canDo(*modbusfault.TCP) error {
+	url, _, err := b.serveHTTP("zones", "--simulate")
+	if err != nil {
+		return err
+	}
+	c, err := connectHTTP(url)
+	if err != nil {
+		return err
+	}
+	for i := range 100 { // fill the cache, as a running device has it
+		if _, err := call(c, fmt.Sprintf("read_temperature_%03d", i), nil); err != nil {
+			return err
+		}
+	}
+	intent := map[string]any{"intent": map[string]any{"semantic_tags": []any{"zone_042", "setpoint"}, "action": "set", "target": "setpoint_042", "value": 21.5, "location": "lab"}}
+	var ds []float64
+	for i := range 30*b.rounds + 20 {
+		start := time.Now()
+		if _, err := call(c, "can_do", intent); err != nil {
+			return err
+		}
+		if i >= 20 {
+			ds = append(ds, float64(time.Since(start).Nanoseconds()))
+		}
+	}
+	b.add("can_do at 200 capabilities over HTTP, p50", fmt.Sprintf("%.2f ms", median(ds)/1e6), "≤ 0.5 ms", 0)
+	return nil
+}
+
+// durable: do_* with --state-dir, 16 clients each on its own setpoint.
+func (b *bench) durable(*modbusfault.TCP) error {
+	url, cmd, err := b.serveHTTP("zones", "--simulate", "--state-dir", filepath.Join(b.dir, "state-durable"))
+	if err != nil {
+		return err
+	}
+	cs, err := clients(16, func() (*client.Client, error) { return connectHTTP(url) })
+	if err != nil {
+		return err
+	}
+	if _, _, err := doCalls(cs, 5, "warm"); err != nil {
+		return err
+	}
+	syncs := countSyncs(cmd.Process.Pid)
+	took, lat, err := doCalls(cs, 100*b.rounds/7+50, "run")
+	n := len(lat)
+	syncCount, syncErr := syncs()
+	if err != nil {
+		return err
+	}
+	perCall := "n/a (" + fmt.Sprint(syncErr) + ")"
+	if syncErr == nil {
+		perCall = fmt.Sprintf("%.2f", float64(syncCount)/float64(n))
+	}
+	b.add(fmt.Sprintf("durable do_* (--state-dir), 16 clients, %d calls", n),
+		fmt.Sprintf("%.0f calls/s, p50 %.2f ms, %s fdatasync per call", float64(n)/took.Seconds(), median(lat)/1e6, perCall),
+		"≥ 1,500/s, p50 ≤ 3 ms, ≤ 1 fdatasync per call", 0)
+	return nil
+}
+
+// doCalls makes n do_* calls on each client (client i on setpoint i) with
+// fresh keys, and returns the time and every call's latency.
+func doCalls(cs []*client.Client, n int, tag string) (time.Duration, []float64, error) {
+	var mu sync.Mutex
+	var lat []float64
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, c := range cs {
+		wg.Go(func() {
+			mine := make([]float64, 0, n)
+			for k := range n {
+				t := time.Now()
+				res, err := call(c, fmt.Sprintf("do_setpoint_%03d", i), map[string]any{"value": float64(20 + k%50), "idempotency_key": fmt.Sprintf("%s-%d-%d", tag, i, k)})
+				if err == nil {
+					if body, _ := res.StructuredContent.(map[string]any); body["status"] != "success" {
+						err = fmt.Errorf("do_setpoint_%03d: %v", i, body)
+					}
+				}
+				if err != nil {
+					failed.Store(&err)
+					return
+				}
+				mine = append(mine, float64(time.Since(t).Nanoseconds()))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		return 0, nil, *err
+	}
+	return time.Since(start), lat, nil
+}
+
+// countSyncs counts pid's fsync and fdatasync calls with perf until the
+// returned function is called.
+func countSyncs(pid int) func() (int, error) {
+	cmd := exec.Command("perf", "stat", "-x", ",", "-e", "syscalls:sys_enter_fdatasync,syscalls:sys_enter_fsync", "-p", strconv.Itoa(pid))
+	var out bytes.Buffer
+	cmd.Stderr = &out
+	if err := cmd.Start(); err != nil {
+		return func() (int, error) { return 0, err }
+	}
+	time.Sleep(300 * time.Millisecond) // perf attaches
+	return func() (int, error) {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		total, found := 0, 0
+		for _, line := range strings.Split(out.String(), "\n") {
+			f := strings.Split(line, ",")
+			if len(f) > 2 && strings.HasPrefix(f[2], "syscalls:") {
+				n, err := strconv.Atoi(f[0])
+				if err != nil {
+					return 0, fmt.Errorf("perf: %q", line)
+				}
+				total, found = total+n, found+1
+			}
+		}
+		if found != 2 {
+			return 0, fmt.Errorf("perf stat said %q", strings.TrimSpace(out.String()))
+		}
+		return total, nil
+	}
+}
+
+// memory: resident memory after b.doCalls do_* from 16 clients, without and
+// with a state directory.
+func (b *bench) memory(*modbusfault.TCP) error {
+	for _, state := range []bool{false, true} {
+		args := []string{"--simulate"}
+		what := "no state dir"
+		if state {
+			args = append(args, "--state-dir", filepath.Join(b.dir, "state-memory"))
+			what = "--state-dir"
+		}
+		url, cmd, err := b.serveHTTP("zones", args...)
+		if err != nil {
+			return err
+		}
+		cs, err := clients(16, func() (*client.Client, error) { return connectHTTP(url) })
+		if err != nil {
+			return err
+		}
+		if _, _, err := doCalls(cs, b.doCalls/16, "mem"); err != nil {
+			return err
+		}
+		for _, c := range cs {
+			c.Close()
+		}
+		rss, peak, err := residentMB(cmd.Process.Pid)
+		if err != nil {
+			return err
+		}
+		b.add(fmt.Sprintf("Full RSS after %d do_* (%s)", b.doCalls/16*16, what), fmt.Sprintf("%.1f MB (peak %.1f MB)", rss, peak), "≤ 25 MB", 0)
+		b.stopAll()
+	}
+	return nil
+}
+
+// residentMB reads VmRSS and VmHWM of pid in MB (10^6 bytes).
+func residentMB(pid int) (rss, peak float64, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "VmRSS:":
+			rss = kb * 1024 / 1e6
+		case "VmHWM:":
+			peak = kb * 1024 / 1e6
+		}
+	}
+	return rss, peak, nil
+}
+
+func cpuModel() string {
+	data, _ := os.ReadFile("/proc/cpuinfo")
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}
