@@ -76,9 +76,9 @@ func (e *Engine) do(ctx context.Context, caller Caller, pt *point, req promcp.Do
 	if rec, ok := e.idem.Load(key); ok {
 		switch {
 		case rec.Forgotten:
-			return e.refuse(pt, key, "", fmt.Sprintf("idempotency_key %q was used at %s, and this server no longer holds its outcome "+
+			return e.refuse(pt, key, "", fmt.Sprintf("idempotency_key %q was used before, and this server no longer holds its outcome "+
 				"(without a state directory it keeps the outcomes of its last %d do_* calls); it may have been applied, so nothing was written: "+
-				"read the current value, and use a new key to act again", key, promcp.Time(rec.At), DefaultMemoryRecords))
+				"read the current value, and use a new key to act again", key, DefaultMemoryRecords))
 		case rec.Fingerprint != fp:
 			return e.refuse(pt, key, "", fmt.Sprintf("idempotency_key %q was already used for a different request; use a new key for a new action", key))
 		case rec.InDoubt:

@@ -159,7 +159,7 @@ func New(m *manifest.Manifest, p *policy.Policy, buses map[string]drivers.Bus, o
 		e.log = slog.Default()
 	}
 	if e.idem == nil {
-		e.idem = newMemoryStore(e.now, DefaultMemoryRecords, DefaultMemoryKeys, e.log)
+		e.idem = newMemoryStore(e.now, DefaultMemoryRecords, DefaultMemoryKeys, usedBlock, e.log)
 	}
 	if e.quorum == nil {
 		e.quorum = func() int { return 1 }

@@ -1,8 +1,11 @@
 package engine
 
 import (
+	"encoding/json"
+	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 )
@@ -10,19 +13,23 @@ import (
 // Without a state directory do_* outcomes live in memory, and memory on a
 // small board is bounded whatever the call rate. MemoryStore keeps the
 // records of the newest keys in full (replayed as stored), and of older keys
-// within KeyRetention only that they were used and when (a 64-bit hash and
-// a time, about 40 bytes each): a call with such a key is refused with
+// within KeyRetention only that they were used (a 64-bit hash each, in
+// sorted blocks of usedBlock): a call with such a key is refused with
 // Record.Forgotten, neither replayed nor executed again, since its write may
-// have been applied. Beyond that bound the oldest keys are forgotten
+// have been applied. A block goes when its newest key is older than
+// KeyRetention, so a key may be refused for up to one block's span longer. Beyond that bound the oldest keys are forgotten
 // altogether, as all of them are at a restart; that is logged once. The
 // state store (--state-dir) keeps every record for KeyRetention instead.
 const (
-	// DefaultMemoryRecords is how many do_* outcomes MemoryStore replays:
-	// retries come within seconds or minutes, far fewer calls than this apart.
-	DefaultMemoryRecords = 2048
-	// DefaultMemoryKeys is how many older keys it still recognises (about
-	// 5 MB when full): a day of one do_* every 0.7 s.
+	// DefaultMemoryRecords is how many do_* outcomes MemoryStore replays
+	// (about 0.6 MB): retries come within seconds or minutes, far fewer
+	// calls than this apart.
+	DefaultMemoryRecords = 1024
+	// DefaultMemoryKeys is how many older keys it still recognises (1 MB
+	// when full): a day of one do_* every 0.7 s.
 	DefaultMemoryKeys = 1 << 17
+	// usedBlock is how many keys' hashes a block holds.
+	usedBlock = 1024
 )
 
 // MemoryStore is an IdempotencyStore that forgets on restart and holds a
@@ -32,20 +39,26 @@ type MemoryStore struct {
 	log  *slog.Logger
 	seed maphash.Seed
 
-	mu      sync.Mutex
-	recs    map[string]memRecord
-	order   queue[keyGen] // the keys of recs in the order saved (with stale entries)
-	gen     uint64
-	used    map[uint64]time.Time // hashes of keys whose record went, and when it was saved
-	usedSeq queue[uint64]        // those hashes in the order they went
-	// maxRecs and maxKeys bound recs and used.
-	maxRecs, maxKeys int
-	dropped          bool // keys have been forgotten altogether (logged once)
+	mu    sync.Mutex
+	recs  map[string]memRecord
+	order queue[keyGen] // the keys of recs in the order saved (with stale entries)
+	gen   uint64
+	// The keys whose record went, oldest first: sealed blocks, and the one
+	// being filled (unsorted).
+	blocks  queue[usedKeys]
+	filling usedKeys
+	// maxRecs and maxKeys bound recs and the keys in blocks of block keys.
+	maxRecs, maxKeys, block int
+	dropped                 bool // keys have been forgotten altogether (logged once)
 }
 
+// memRecord is a Record as JSON, as the state store keeps it (a replay
+// answers the same values either way): about 500 bytes in one allocation
+// instead of 1.2 KB in a dozen.
 type memRecord struct {
-	r   Record
-	gen uint64 // the save that put r, to tell order's stale entries
+	data []byte
+	at   int64  // Record.At, Unix ns
+	gen  uint64 // the save that put it, to tell order's stale entries
 }
 
 type keyGen struct {
@@ -53,86 +66,120 @@ type keyGen struct {
 	gen uint64
 }
 
-// NewMemoryStore returns an empty store with the default bounds; now is its clock.
-func NewMemoryStore(now func() time.Time) *MemoryStore {
-	return newMemoryStore(now, DefaultMemoryRecords, DefaultMemoryKeys, slog.Default())
+// usedKeys is a block of key hashes, sorted once sealed, and the newest
+// record time among them (Unix ns).
+type usedKeys struct {
+	hashes []uint64
+	newest int64
 }
 
-func newMemoryStore(now func() time.Time, records, keys int, log *slog.Logger) *MemoryStore {
+func (u usedKeys) sortedHas(h uint64) bool {
+	_, ok := slices.BinarySearch(u.hashes, h)
+	return ok
+}
+
+// NewMemoryStore returns an empty store with the default bounds; now is its clock.
+func NewMemoryStore(now func() time.Time) *MemoryStore {
+	return newMemoryStore(now, DefaultMemoryRecords, DefaultMemoryKeys, usedBlock, slog.Default())
+}
+
+func newMemoryStore(now func() time.Time, records, keys, block int, log *slog.Logger) *MemoryStore {
 	return &MemoryStore{now: now, log: log, seed: maphash.MakeSeed(), recs: map[string]memRecord{},
-		used: map[uint64]time.Time{}, maxRecs: max(records, 1), maxKeys: max(keys, 0)}
+		maxRecs: max(records, 1), maxKeys: max(keys, 0), block: max(block, 1)}
 }
 
 // Load returns the record for key if it is younger than KeyRetention: in
-// full, or Forgotten when only the key's use is remembered.
+// full, or Forgotten when only the key's use is remembered. A record that
+// cannot be decoded (it was encoded by Save, so never) is reported in doubt,
+// so that the key is refused rather than acted on again.
 func (s *MemoryStore) Load(key string) (Record, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
+	cutoff := s.now().Add(-KeyRetention).UnixNano()
 	if m, ok := s.recs[key]; ok {
-		if now.Sub(m.r.At) > KeyRetention {
+		if m.at < cutoff {
 			return Record{}, false
 		}
-		return m.r, true
+		var r Record
+		if err := json.Unmarshal(m.data, &r); err != nil {
+			return Record{InDoubt: true, At: time.Unix(0, m.at)}, true
+		}
+		return r, true
 	}
-	if at, ok := s.used[s.hash(key)]; ok && now.Sub(at) <= KeyRetention {
-		return Record{Forgotten: true, At: at}, true
+	s.expire(cutoff)
+	h := s.hash(key)
+	if slices.Contains(s.filling.hashes, h) {
+		return Record{Forgotten: true, At: time.Unix(0, s.filling.newest)}, true
+	}
+	for i := range s.blocks.len() {
+		if b := s.blocks.at(i); b.sortedHas(h) {
+			return Record{Forgotten: true, At: time.Unix(0, b.newest)}, true
+		}
 	}
 	return Record{}, false
 }
 
 // Save stores r under key, then lets the oldest records go beyond the bounds.
 func (s *MemoryStore) Save(key string, r Record) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode the record: %w", err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.gen++
-	s.recs[key] = memRecord{r: r, gen: s.gen}
+	s.recs[key] = memRecord{data: data, at: r.At.UnixNano(), gen: s.gen}
 	s.order.push(keyGen{key, s.gen})
-	delete(s.used, s.hash(key))
-	s.trim(s.now().Add(-KeyRetention))
+	cutoff := s.now().Add(-KeyRetention).UnixNano()
+	s.trim(cutoff)
+	s.expire(cutoff)
 	return nil
 }
 
-// trim moves the oldest records beyond maxRecs to used, drops those older
-// than cutoff, and keeps used within maxKeys.
-func (s *MemoryStore) trim(cutoff time.Time) {
-records:
+// trim drops records older than cutoff and moves the oldest beyond maxRecs
+// to the used keys.
+func (s *MemoryStore) trim(cutoff int64) {
 	for s.order.len() > 0 {
 		front := s.order.front()
 		m, ok := s.recs[front.key]
 		switch {
 		case !ok || m.gen != front.gen: // saved again since, or gone
-		case m.r.At.Before(cutoff):
+		case m.at < cutoff:
 			delete(s.recs, front.key)
 		case len(s.recs) > s.maxRecs:
 			delete(s.recs, front.key)
-			h := s.hash(front.key)
-			s.used[h] = m.r.At
-			s.usedSeq.push(h)
-		default:
-			break records
-		}
-		s.order.pop()
-	}
-	for s.usedSeq.len() > 0 {
-		h := s.usedSeq.front()
-		at, ok := s.used[h]
-		switch {
-		case !ok:
-		case at.Before(cutoff):
-			delete(s.used, h)
-		case len(s.used) > s.maxKeys:
-			delete(s.used, h)
-			if !s.dropped {
-				s.dropped = true
-				s.log.Warn("idempotency keys forgotten: without a state directory, physmcpd remembers the keys of the last "+
-					"do_* calls only, and a retry with an older key would now be executed again; serve with --state-dir to keep every key for 24 h",
-					"records", s.maxRecs, "keys", s.maxKeys, "oldest_kept", at)
+			s.filling.hashes = append(s.filling.hashes, s.hash(front.key))
+			s.filling.newest = max(s.filling.newest, m.at)
+			if len(s.filling.hashes) == s.block {
+				slices.Sort(s.filling.hashes)
+				s.blocks.push(s.filling)
+				s.filling = usedKeys{hashes: make([]uint64, 0, s.block)}
 			}
 		default:
 			return
 		}
-		s.usedSeq.pop()
+		s.order.pop()
+	}
+}
+
+// expire drops the blocks of used keys whose newest is older than cutoff,
+// and the oldest beyond maxKeys.
+func (s *MemoryStore) expire(cutoff int64) {
+	for s.blocks.len() > 0 {
+		oldest := s.blocks.front()
+		switch {
+		case oldest.newest < cutoff:
+		case s.blocks.len()*s.block > s.maxKeys:
+			if !s.dropped {
+				s.dropped = true
+				s.log.Warn("idempotency keys forgotten: without a state directory, physmcpd remembers the keys of the last "+
+					"do_* calls only, and a retry with an older key would now be executed again; serve with --state-dir to keep every key for 24 h",
+					"records", s.maxRecs, "keys", s.maxKeys, "forgotten_up_to", time.Unix(0, oldest.newest))
+			}
+		default:
+			return
+		}
+		s.blocks.pop()
 	}
 }
 
@@ -144,9 +191,10 @@ type queue[T any] struct {
 	head  int
 }
 
-func (q *queue[T]) push(v T) { q.items = append(q.items, v) }
-func (q *queue[T]) len() int { return len(q.items) - q.head }
-func (q *queue[T]) front() T { return q.items[q.head] }
+func (q *queue[T]) push(v T)   { q.items = append(q.items, v) }
+func (q *queue[T]) len() int   { return len(q.items) - q.head }
+func (q *queue[T]) front() T   { return q.items[q.head] }
+func (q *queue[T]) at(i int) T { return q.items[q.head+i] }
 func (q *queue[T]) pop() {
 	var zero T
 	q.items[q.head] = zero

@@ -98,7 +98,11 @@ func (l *toolLists) serve(w http.ResponseWriter, r *http.Request, session bool) 
 	shape := strings.Join([]string{roleKey(r), version, h.Get(mcp.HeaderMethod), h.Get(mcp.HeaderName), params.String()}, "\x00")
 	l.mu.RLock()
 	result, ok := l.byShape[shape]
+	full := len(l.byShape) >= maxListShapes
 	l.mu.RUnlock()
+	if !ok && full {
+		return false
+	}
 	if !ok {
 		l.learn(w, r, shape)
 		return true
