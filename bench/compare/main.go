@@ -829,6 +829,9 @@ func (b *bench) memory(*modbusfault.TCP) error {
 		if err != nil {
 			return err
 		}
+		if fi, err := os.Stat(filepath.Join(b.dir, "state-memory", "state.db")); err == nil {
+			what += fmt.Sprintf(", state.db %.1f MB", float64(fi.Size())/1e6)
+		}
 		b.add(fmt.Sprintf("Full RSS %s after %d do_* (%s; anonymous %.1f MB, file-backed %.1f MB; at once %.1f MB)", settle, b.doCalls/16*16, what, mem["RssAnon:"], mem["RssFile:"], now["VmRSS:"]),
 			fmt.Sprintf("%.1f MB (peak %.1f MB)", mem["VmRSS:"], mem["VmHWM:"]), "≤ 25 MB", 0)
 		b.stopAll()
