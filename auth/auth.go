@@ -93,6 +93,9 @@ type Options struct {
 	Audit func(AuditEvent)
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// MeshKeys is the mesh keyring (network.mesh.key_file): with the
+	// policy's identity.mesh, peers' mesh credentials are accepted.
+	MeshKeys [][]byte
 }
 
 // Leeway is the clock skew allowed on a JWT's exp, nbf and iat: boards
@@ -106,6 +109,7 @@ type Authenticator struct {
 	jwts      []*jwtVerifier
 	certs     []*certVerifier
 	override  *overrideVerifier
+	mesh      *meshVerifier
 	providers int
 	now       func() time.Time
 }
@@ -157,6 +161,9 @@ func New(p *policy.Policy, opts Options) (*Authenticator, error) {
 				a.certs = append(a.certs, v)
 			}
 		}
+	}
+	if id := p.Identity; id != nil && id.Mesh != nil && len(opts.MeshKeys) > 0 {
+		a.mesh = &meshVerifier{keys: opts.MeshKeys, deviceID: opts.DeviceID, role: id.Mesh.Role}
 	}
 	if e := p.Emergency; e != nil && len(opts.OverrideKey) > 0 {
 		if err := checkOverrideKey(opts.OverrideKey); err != nil {
@@ -219,6 +226,9 @@ func (a *Authenticator) Authenticate(authorization string) (Principal, error) {
 		return Principal{}, invalid("unknown token")
 	}
 	iss, _ := claims["iss"].(string)
+	if iss == MeshIssuer {
+		return a.mesh.verify(token, a.now)
+	}
 	if iss == OverrideIssuer {
 		if a.override == nil {
 			return Principal{}, invalid("emergency override tokens are not accepted here (no emergency section in the policy, or serve was started without --override-key)")

@@ -112,7 +112,7 @@ func (p *protector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	principal := p.acc.Local
-	if required {
+	if required || p.acc.Auth.MeshBearer(r.Header.Get("Authorization")) {
 		var err error
 		principal, err = p.authenticate(r)
 		if err != nil {

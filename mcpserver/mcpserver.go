@@ -41,6 +41,15 @@ type Options struct {
 	// capabilities and a can_do scoped to them. "" is the capabilities
 	// without a group (all of them when the device has no groups).
 	Group string
+	// Router, when set, completes each can_do report beyond this device
+	// (the PhysMCP mesh); nil answers for this device alone.
+	Router CanDoRouter
+}
+
+// CanDoRouter completes a can_do report: args are the call's arguments,
+// meta its _meta, local this device's own report.
+type CanDoRouter interface {
+	Route(ctx context.Context, args map[string]any, meta map[string]any, local promcp.CapabilityReport) (promcp.CapabilityReport, error)
 }
 
 // New builds the MCP server for e. Input is not validated by mcp-go: its
@@ -195,6 +204,15 @@ func (a *adapter) canDo(ctx context.Context, req mcp.CallToolRequest) (*mcp.Call
 	rep, err := a.surface.CanDo(ctx, a.opts.Caller(ctx), args, problem)
 	if err != nil {
 		return nil, err
+	}
+	if a.opts.Router != nil {
+		var meta map[string]any
+		if req.Params.Meta != nil {
+			meta = req.Params.Meta.AdditionalFields
+		}
+		if rep, err = a.opts.Router.Route(ctx, args, meta, rep); err != nil {
+			return mcp.NewToolResultError(err.Error()), nil
+		}
 	}
 	return result(rep, false)
 }

@@ -388,6 +388,9 @@ var providerKeys = map[string][]string{
 }
 
 func (v *validator) identity(id *Identity) {
+	if id.Mesh != nil {
+		v.role(id.Mesh.At, "identity.mesh.role", "role", id.Mesh.Role)
+	}
 	v.role(id.At, "identity.local_role", "local_role", id.LocalRole)
 	if r := id.SerialRole; r != "" && r != manifest.RoleViewer && !manifest.ValidRole(r) {
 		v.errorf(id.At.Of("serial_role"), "identity.serial_role", "unknown role %q; expected %q or one of %s", r, manifest.RoleViewer, manifest.RoleNames())

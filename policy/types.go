@@ -153,6 +153,18 @@ type Identity struct {
 	// the wire, not someone who could start the process.
 	SerialRole manifest.Role `yaml:"serial_role"`
 	Providers  []*Provider   `yaml:"providers"`
+	// Mesh is how this node treats calls from its mesh peers.
+	Mesh *MeshIdentity `yaml:"mesh"`
+
+	At Positions `yaml:"-"`
+}
+
+// MeshIdentity is the role a mesh peer calls with: a peer presents a
+// short-lived credential signed with the mesh keyring (never its caller's
+// token), and its forwarded can_do queries and quorum votes are answered as
+// this role.
+type MeshIdentity struct {
+	Role manifest.Role `yaml:"role,required"`
 
 	At Positions `yaml:"-"`
 }

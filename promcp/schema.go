@@ -166,6 +166,7 @@ func CanDoOutputSchema() Schema {
 		"match_reasons": stringArray("Why the capability matched."),
 		"adopted_from":  adoptedFromSchema,
 		"endpoint":      endpointSchema,
+		"device_id":     Schema{"type": "string"},
 	}, "capability", "source", "permission", "reason", "details")
 	unroutable := object(Schema{
 		"outcome": Schema{"type": "string", "const": OutcomeUnroutable},
@@ -189,6 +190,15 @@ func CanDoOutputSchema() Schema {
 			"total_latency_ms": Schema{"type": "integer", "minimum": 0},
 			"device_id":        Schema{"type": "string"},
 			"promcp_base":      Schema{"type": "string"},
+			// PhysMCP mesh, on a node in a mesh
+			"coordinator_node":       Schema{"type": "string"},
+			"ttl_used":               Schema{"type": "integer", "minimum": 0},
+			"fanout_used":            Schema{"type": "integer", "minimum": 0},
+			"peers_consulted":        Schema{"type": "integer", "minimum": 0},
+			"responses_received":     Schema{"type": "integer", "minimum": 0},
+			"responses_dropped_late": Schema{"type": "integer", "minimum": 0},
+			"mesh_size_estimate":     Schema{"type": "integer", "minimum": 1},
+			"partition_state":        Schema{"type": "string", "enum": []any{"none", "suspected", "healing"}},
 		}, "timestamp", "total_latency_ms"),
 	}, "query_id", "feasible", "candidates", "blocked", "unroutable", "context", "metadata")
 }
@@ -272,7 +282,7 @@ var adoptedFromSchema = object(Schema{
 }, "source_address", "source_protocol")
 
 // endpointSchema names the endpoint that serves a tool (an aggregator's site can_do).
-var endpointSchema = Schema{"type": "string", "description": "The HTTP path of the endpoint that serves this tool (an aggregator's site can_do)."}
+var endpointSchema = Schema{"type": "string", "description": "Where to call this tool when not here: the MCP endpoint URL of the mesh peer that serves it, or the HTTP path of the group endpoint on an aggregator's site endpoint."}
 
 func object(props Schema, required ...string) Schema {
 	s := Schema{"type": "object", "properties": props}

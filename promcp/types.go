@@ -167,8 +167,9 @@ type Candidate struct {
 	MatchReasons []string `json:"match_reasons,omitempty"`
 	// AdoptedFrom is where an adopted capability comes from (PhysMCP proxy).
 	AdoptedFrom *manifest.AdoptedFrom `json:"adopted_from,omitempty"`
-	// Endpoint is the HTTP path that serves the tool, on an aggregator's
-	// site endpoint (its tools are on the group endpoints).
+	// Endpoint is where to call the tool when not here: the MCP endpoint
+	// URL of the mesh peer that serves it, or the HTTP path of the group
+	// endpoint on an aggregator's site endpoint.
 	Endpoint string `json:"endpoint,omitempty"`
 }
 
@@ -185,8 +186,9 @@ type Blocked struct {
 	MatchReasons []string `json:"match_reasons,omitempty"`
 	// AdoptedFrom is where an adopted capability comes from (PhysMCP proxy).
 	AdoptedFrom *manifest.AdoptedFrom `json:"adopted_from,omitempty"`
-	// Endpoint is the HTTP path that serves the tool, on an aggregator's
-	// site endpoint (its tools are on the group endpoints).
+	// DeviceID names another device of the mesh the entry is about;
+	// Endpoint is as in Candidate.
+	DeviceID string `json:"device_id,omitempty"`
 	Endpoint string `json:"endpoint,omitempty"`
 }
 
@@ -222,6 +224,27 @@ type ReportMetadata struct {
 	// Extensions.
 	DeviceID   string `json:"device_id,omitempty"`
 	PromcpBase string `json:"promcp_base,omitempty"`
+	// Mesh is how a mesh node coordinated the query (PhysMCP); nil on a
+	// device that is not in a mesh.
+	*MeshMetadata
+}
+
+// MeshMetadata is PhysMCP's account of a distributed can_do, inlined in the
+// report's metadata.
+type MeshMetadata struct {
+	// CoordinatorNode is the node that received the query and merged the answers.
+	CoordinatorNode string `json:"coordinator_node"`
+	// TTLUsed is how many hops the query travelled beyond the coordinator.
+	TTLUsed int `json:"ttl_used"`
+	// FanoutUsed is how many peers the coordinator asked itself.
+	FanoutUsed int `json:"fanout_used"`
+	// PeersConsulted counts every node asked, over all hops.
+	PeersConsulted    int `json:"peers_consulted"`
+	ResponsesReceived int `json:"responses_received"`
+	// ResponsesDroppedLate counts the peers that did not answer by the deadline.
+	ResponsesDroppedLate int    `json:"responses_dropped_late"`
+	MeshSizeEstimate     int    `json:"mesh_size_estimate"`
+	PartitionState       string `json:"partition_state"`
 }
 
 // CapabilityReport is can_do's answer.

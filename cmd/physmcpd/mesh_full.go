@@ -15,6 +15,7 @@ import (
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/mcpserver"
 	"github.com/physmcp/physmcpd/mesh"
+	"github.com/physmcp/physmcpd/meshroute"
 )
 
 // startMesh joins the mesh when the manifest enables it (nil, nil when not).
@@ -45,6 +46,21 @@ func startMesh(m *manifest.Manifest, profile string, ln net.Addr, scheme string,
 		SeedPeers: ms.SeedPeers, MaxPeers: ms.Peers(), HeartbeatInterval: ms.HeartbeatInterval(),
 		MDNS: ms.MDNSEnabled(), Keys: keys, Logger: logger,
 	})
+}
+
+// meshRouter is the can_do router of a mesh node (nil, nil when the mesh
+// is off): it asks peers as this device, with credentials signed by the
+// mesh keyring.
+func meshRouter(m *manifest.Manifest) (*meshroute.Router, error) {
+	ms := meshOf(m)
+	if ms == nil {
+		return nil, nil
+	}
+	keys, err := ms.LoadKeys(m.File)
+	if err != nil {
+		return nil, fmt.Errorf("network.mesh.key_file: %v", err)
+	}
+	return meshroute.New(meshroute.NewHTTPAsker(m.Device.ID, keys), meshroute.Config{}), nil
 }
 
 // endpointURL is where peers call this node's MCP endpoint.

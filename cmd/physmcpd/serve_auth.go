@@ -107,7 +107,17 @@ func httpAccess(cfg serveConfig, m *manifest.Manifest, p *policy.Policy, e *engi
 			logger.Error("emergency override not recorded in the audit trail", "event", ev.Kind, "err", err)
 		}
 	}
-	a, err := auth.New(p, auth.Options{DeviceID: m.Device.ID, OverrideKey: key, Audit: auditOverride, Logger: logger})
+	var meshKeys [][]byte
+	if ms := meshOf(m); ms != nil {
+		var err error
+		if meshKeys, err = ms.LoadKeys(m.File); err != nil {
+			return mcpserver.Access{}, fmt.Errorf("network.mesh.key_file: %v", err)
+		}
+		if p == nil || p.Identity == nil || p.Identity.Mesh == nil {
+			logger.Warn("the mesh is enabled but the policy has no identity.mesh: peers' forwarded can_do queries are refused, so this node answers for itself only")
+		}
+	}
+	a, err := auth.New(p, auth.Options{DeviceID: m.Device.ID, OverrideKey: key, Audit: auditOverride, Logger: logger, MeshKeys: meshKeys})
 	if err != nil {
 		return mcpserver.Access{}, err
 	}

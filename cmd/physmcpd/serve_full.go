@@ -16,6 +16,7 @@ import (
 	"github.com/physmcp/physmcpd/audit"
 	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/mcpserver"
+	"github.com/physmcp/physmcpd/meshroute"
 	"github.com/physmcp/physmcpd/profiles"
 )
 
@@ -73,12 +74,21 @@ func isLoopback(host string) bool {
 // serveMCP serves e through mcp-go: over HTTP one endpoint per group, on
 // stdio or a serial line the one --group names.
 func serveMCP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *engine.Engine, dur *durable, local engine.Caller, stdin io.Reader, stdout io.Writer, logger *slog.Logger) int {
-	eps, err := endpoints(e, mcpserver.Options{
+	router, err := meshRouter(e.Manifest())
+	if err != nil {
+		logger.Error("cannot join the mesh", "err", err)
+		return 1
+	}
+	opts := mcpserver.Options{
 		Version: buildVersion,
 		Logger:  logger,
 		// HTTP callers are who the access middleware authenticated.
 		Caller: mcpserver.CallerFrom(local),
-	}, cfg, prof)
+	}
+	if router != nil {
+		opts.Router = router
+	}
+	eps, err := endpoints(e, opts, cfg, prof)
 	if err != nil {
 		logger.Error("cannot build the MCP server", "err", err)
 		return 1
@@ -90,7 +100,7 @@ func serveMCP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *en
 			return 1
 		}
 		h := mcpserver.NewEndpointsHandler(eps, logger, cfg.access.sessionLimits())
-		return serveHTTP(ctx, cfg, prof, e, h, statusAPI(e, dur.trail, local, logger, h), acc, logger)
+		return serveHTTP(ctx, cfg, prof, e, router, h, statusAPI(e, dur.trail, local, logger, h), acc, logger)
 	}
 	s, lim := eps[0].Server, streamLimits(prof)
 	return serveStream(ctx, cfg, e, func(ctx context.Context, in io.Reader, out io.Writer) error {
@@ -105,7 +115,7 @@ func streamLimits(p profiles.Profile) mcpserver.StreamLimits {
 // serveHTTP serves h, and api in front of it (the status page's data and
 // PhysMCP's extension methods, authenticated as h is), until ctx ends. A
 // mesh node joins the mesh once it listens (its metadata names the endpoint).
-func serveHTTP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *engine.Engine, h *mcpserver.HTTPHandler, api http.Handler, acc mcpserver.Access, logger *slog.Logger) int {
+func serveHTTP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *engine.Engine, router *meshroute.Router, h *mcpserver.HTTPHandler, api http.Handler, acc mcpserver.Access, logger *slog.Logger) int {
 	ln, err := net.Listen("tcp", cfg.httpAddr)
 	if err != nil {
 		logger.Error("cannot listen", "addr", cfg.httpAddr, "err", err)
@@ -123,6 +133,7 @@ func serveHTTP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *e
 	}
 	if ms != nil {
 		defer ms.Close()
+		router.SetMembers(ms)
 	}
 	api = mcpserver.WithMethods(api, meshMethods(e.Manifest(), prof.Name, ms))
 	srv := mcpserver.NewHTTPServer(mcpserver.Health(e.Health, logger, mcpserver.StatusPage(mcpserver.Protect(api, acc))))

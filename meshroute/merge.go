@@ -1,0 +1,143 @@
+package meshroute
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/physmcp/physmcpd/mesh"
+	"github.com/physmcp/physmcpd/promcp"
+)
+
+// choose splits the peers that may serve req into those to ask now (alive,
+// not visited, at most Fanout, the intent's location first) and those known
+// offline (suspected, dead or gone), which are reported blocked unasked.
+func (r *Router) choose(m Members, req promcp.CanDoRequest, hop Hop) (ask, offline []mesh.Peer) {
+	self := m.Self()
+	var devices []string
+	peers := m.Peers()
+	for _, s := range req.Scope {
+		if slices.ContainsFunc(peers, func(p mesh.Peer) bool { return p.DeviceID == s }) {
+			devices = append(devices, s)
+		}
+	}
+	tags := make([]string, len(req.Intent.SemanticTags))
+	for i, t := range req.Intent.SemanticTags {
+		tags[i] = strings.ToLower(strings.TrimSpace(t))
+	}
+	loc := locationWords(req.Intent.Location)
+	var matched []mesh.Peer
+	for _, p := range peers {
+		switch {
+		case p.NodeID == self.NodeID || slices.Contains(hop.Visited, p.NodeID):
+		case len(devices) > 0 && !slices.Contains(devices, p.DeviceID):
+		case len(devices) == 0 && !p.Tags.MayHaveAny(tags):
+		case len(loc) > 0 && !p.Tags.MayHaveAny(loc):
+		case p.State == mesh.Alive:
+			matched = append(matched, p)
+		default:
+			offline = append(offline, p)
+		}
+	}
+	where := strings.ToLower(req.Intent.Location)
+	slices.SortStableFunc(matched, func(a, b mesh.Peer) int {
+		az, bz := where != "" && strings.ToLower(a.Zone) == where, where != "" && strings.ToLower(b.Zone) == where
+		switch {
+		case az && !bz:
+			return -1
+		case bz && !az:
+			return 1
+		}
+		return strings.Compare(a.DeviceID, b.DeviceID)
+	})
+	return matched[:min(len(matched), r.cfg.Fanout)], offline
+}
+
+// locationWords are the tag-digest words a location may match: as written,
+// and word by word (mesh.MatchWords puts both in a node's digest).
+func locationWords(loc string) []string {
+	loc = strings.TrimSpace(loc)
+	if loc == "" {
+		return nil
+	}
+	out := []string{mesh.LocationPrefix + strings.ToLower(loc)}
+	for _, w := range mesh.Words(loc) {
+		out = append(out, mesh.LocationPrefix+w)
+	}
+	return out
+}
+
+// offlineEntry is PhysMCP's device_offline for a peer that is not there (or
+// did not answer): proMCP's source_unreachable, the PhysMCP word in the reason.
+func offlineEntry(p mesh.Peer, why string) promcp.Blocked {
+	details := "every capability of " + p.DeviceID + " that may match; ask again when it is back"
+	return promcp.Blocked{
+		Capability: "*", Source: p.DeviceID, DeviceID: p.DeviceID, Endpoint: p.Endpoint,
+		Permission: promcp.SourceUnreachable, Reason: "device_offline: " + why, Details: &details,
+	}
+}
+
+func key(device, capability string) string { return device + "\x00" + capability }
+
+// merge adds a peer's report to out, each device's entries once (the same
+// device may answer on two paths), naming where to call them. It reports
+// whether the peer had anything for the query.
+func merge(out *promcp.CapabilityReport, p mesh.Peer, rep promcp.CapabilityReport, seen map[string]bool) bool {
+	found := false
+	for _, c := range rep.Candidates {
+		if c.DeviceID == "" {
+			c.DeviceID = orElse(c.Source, p.DeviceID)
+		}
+		if c.Endpoint == "" {
+			c.Endpoint = p.Endpoint
+		}
+		if seen[key(c.DeviceID, c.Capability)] || seen[key(c.DeviceID, "")] {
+			continue
+		}
+		seen[key(c.DeviceID, c.Capability)] = true
+		out.Candidates = append(out.Candidates, c)
+		found = true
+	}
+	for _, b := range rep.Blocked {
+		if b.DeviceID == "" {
+			b.DeviceID = orElse(b.Source, p.DeviceID)
+		}
+		if b.Endpoint == "" {
+			b.Endpoint = p.Endpoint
+		}
+		if seen[key(b.DeviceID, b.Capability)] || seen[key(b.DeviceID, "")] {
+			continue
+		}
+		seen[key(b.DeviceID, b.Capability)] = true
+		out.Blocked = append(out.Blocked, b)
+		found = true
+	}
+	for _, rr := range rep.Context.RelatedReads {
+		if !strings.Contains(rr, ".") {
+			rr = p.DeviceID + "." + rr // PhysMCP names remote reads node.tool
+		}
+		if !slices.Contains(out.Context.RelatedReads, rr) {
+			out.Context.RelatedReads = append(out.Context.RelatedReads, rr)
+		}
+	}
+	if len(rep.Context.CurrentObservations) > 0 {
+		obs := make(map[string]any, len(out.Context.CurrentObservations)+len(rep.Context.CurrentObservations))
+		for k, v := range out.Context.CurrentObservations {
+			obs[k] = v
+		}
+		for k, v := range rep.Context.CurrentObservations {
+			if !strings.Contains(k, ".") {
+				k = p.DeviceID + "." + k
+			}
+			obs[k] = v
+		}
+		out.Context.CurrentObservations = obs
+	}
+	return found
+}
+
+func orElse(s, fallback string) string {
+	if s == "" {
+		return fallback
+	}
+	return s
+}

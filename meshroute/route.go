@@ -1,0 +1,305 @@
+// Package meshroute answers can_do across the PhysMCP mesh: the node that
+// receives a query it cannot serve itself coordinates it (PhysMCP's
+// floating coordinator: no leader, no state kept), asks the peers whose
+// metadata may match, merges their reports by device and says who was asked
+// and who did not answer in time. Peers answer with their own
+// CapabilityReport: their own policy decides.
+//
+// It knows the mesh through Members (package mesh) and calls peers through
+// an Asker (their MCP endpoints); it knows nothing of buses or of the MCP
+// SDK's server side.
+package meshroute
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/physmcp/physmcpd/auth"
+	"github.com/physmcp/physmcpd/mesh"
+	"github.com/physmcp/physmcpd/promcp"
+)
+
+// MetaKey is the key of the hop in a forwarded can_do's _meta.
+const MetaKey = "physmcp/mesh"
+
+// PhysMCP v0.1's routing defaults.
+const (
+	DefaultTTL    = 3
+	DefaultFanout = 3
+	DefaultPerHop = 150 * time.Millisecond
+	DefaultTotal  = 500 * time.Millisecond
+	DefaultDedup  = 5 * time.Second
+)
+
+// Hop travels with a forwarded query (in _meta, under MetaKey).
+type Hop struct {
+	QueryID       string `json:"query_id"`
+	ParentQueryID string `json:"parent_query_id,omitempty"`
+	// Coordinator is the node that received the query from its caller.
+	Coordinator string `json:"coordinator"`
+	// TTL is how many more hops the receiver may forward the query.
+	TTL int `json:"ttl"`
+	// Visited are the nodes already asked (the receiver skips them).
+	Visited []string `json:"visited"`
+	// BudgetMs is how long the receiver has to answer, forwarding included.
+	BudgetMs int64 `json:"budget_ms"`
+}
+
+// Members is the mesh as this node sees it.
+type Members interface {
+	Self() mesh.Peer
+	Peers() []mesh.Peer
+	SizeEstimate() int
+	PartitionState() string
+}
+
+// Asker calls can_do on a peer with args and the hop in _meta.
+type Asker interface {
+	Ask(ctx context.Context, p mesh.Peer, args map[string]any, hop Hop) (promcp.CapabilityReport, error)
+}
+
+// Config tunes routing; zero values take PhysMCP's defaults.
+type Config struct {
+	TTL, Fanout   int
+	PerHop, Total time.Duration
+	Dedup         time.Duration
+	Now           func() time.Time
+}
+
+// Router coordinates and forwards can_do queries.
+type Router struct {
+	cfg     Config
+	ask     Asker
+	members atomic.Pointer[membersBox]
+
+	mu   sync.Mutex
+	seen map[string]time.Time // query ids answered, until they may be forgotten
+}
+
+type membersBox struct{ Members }
+
+// New returns a Router that asks peers through ask. It routes nothing until
+// SetMembers gives it the mesh.
+func New(ask Asker, cfg Config) *Router {
+	if cfg.TTL <= 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.Fanout <= 0 {
+		cfg.Fanout = DefaultFanout
+	}
+	if cfg.PerHop <= 0 {
+		cfg.PerHop = DefaultPerHop
+	}
+	if cfg.Total <= 0 {
+		cfg.Total = DefaultTotal
+	}
+	if cfg.Dedup <= 0 {
+		cfg.Dedup = DefaultDedup
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Router{cfg: cfg, ask: ask, seen: map[string]time.Time{}}
+}
+
+// SetMembers gives the router the mesh once this node has joined it.
+func (r *Router) SetMembers(m Members) { r.members.Store(&membersBox{m}) }
+
+// ErrNotMember refuses a forwarded query whose caller did not authenticate
+// with a mesh credential (a node outside the keyring, or a client posing as
+// a peer).
+var ErrNotMember = fmt.Errorf("a forwarded can_do (_meta %q) is accepted only from a mesh peer (a credential signed with the mesh keyring)", MetaKey)
+
+// Route completes local, this node's own report for args: a caller's query
+// that no capability here serves is coordinated across the mesh; a query
+// forwarded by a peer (meta carries a Hop) is deduplicated and forwarded
+// on while its TTL lasts. Everything else is local, unchanged.
+func (r *Router) Route(ctx context.Context, args map[string]any, meta map[string]any, local promcp.CapabilityReport) (promcp.CapabilityReport, error) {
+	hop, forwarded, err := hopFrom(meta)
+	if err != nil {
+		return local, err
+	}
+	if forwarded {
+		if p, ok := auth.PrincipalFrom(ctx); !ok || p.Method != auth.MethodMesh {
+			return local, ErrNotMember
+		}
+	}
+	box := r.members.Load()
+	if box == nil {
+		return local, nil
+	}
+	m := box.Members
+	start := r.cfg.Now()
+	if forwarded {
+		if r.duplicate(hop.QueryID, start) {
+			return emptyReport(local), nil
+		}
+		if hop.TTL <= 0 {
+			return local, nil
+		}
+	} else {
+		if !unservedHere(local) {
+			return local, nil
+		}
+		self := m.Self()
+		hop = Hop{QueryID: local.QueryID, Coordinator: self.NodeID, TTL: r.cfg.TTL, Visited: []string{self.NodeID}, BudgetMs: r.cfg.Total.Milliseconds()}
+		r.duplicate(hop.QueryID, start)
+	}
+	req, err := promcp.ParseCanDo(args)
+	if err != nil {
+		return local, nil // the local report already says what is malformed
+	}
+	budget := time.Duration(hop.BudgetMs) * time.Millisecond
+	ctx, cancel := context.WithDeadline(ctx, start.Add(budget))
+	defer cancel()
+	rep := r.fanOut(ctx, m, req, args, hop, local, start)
+	if !forwarded {
+		rep.Metadata.TotalLatencyMs = local.Metadata.TotalLatencyMs + r.cfg.Now().Sub(start).Milliseconds()
+	}
+	return rep, nil
+}
+
+// unservedHere reports whether this node has nothing for the query: no
+// candidate, nothing blocked, and only "no producer" as the reason (a
+// malformed query is not the mesh's business).
+func unservedHere(rep promcp.CapabilityReport) bool {
+	if len(rep.Candidates) > 0 || len(rep.Blocked) > 0 || len(rep.Unroutable) == 0 {
+		return false
+	}
+	for _, u := range rep.Unroutable {
+		if u.Reason != promcp.NoProducer {
+			return false
+		}
+	}
+	return true
+}
+
+// duplicate records id and reports whether it was seen within the dedup window.
+func (r *Router) duplicate(id string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, until := range r.seen {
+		if now.After(until) {
+			delete(r.seen, k)
+		}
+	}
+	if until, ok := r.seen[id]; ok && !now.After(until) {
+		return true
+	}
+	r.seen[id] = now.Add(r.cfg.Dedup)
+	return false
+}
+
+// emptyReport answers a query this node has answered already on another
+// path: nothing, so the coordinator counts every device once.
+func emptyReport(local promcp.CapabilityReport) promcp.CapabilityReport {
+	return promcp.CapabilityReport{
+		QueryID: local.QueryID, Candidates: []promcp.Candidate{}, Blocked: []promcp.Blocked{}, Unroutable: []promcp.Unroutable{},
+		Context: promcp.ReportContext{RelatedReads: []string{}, CurrentObservations: map[string]any{}}, Metadata: local.Metadata,
+	}
+}
+
+type answer struct {
+	peer mesh.Peer
+	rep  promcp.CapabilityReport
+	err  error
+}
+
+// fanOut asks up to Fanout matching alive peers in parallel, waits for them
+// until ctx's deadline, and merges what came back into local.
+func (r *Router) fanOut(ctx context.Context, m Members, req promcp.CanDoRequest, args map[string]any, hop Hop, local promcp.CapabilityReport, start time.Time) promcp.CapabilityReport {
+	self := m.Self()
+	ask, offline := r.choose(m, req, hop)
+	visited := slices.Clone(hop.Visited)
+	for _, p := range ask {
+		visited = append(visited, p.NodeID)
+	}
+	deadline, _ := ctx.Deadline()
+	answers := make(chan answer, len(ask))
+	for _, p := range ask {
+		child := Hop{QueryID: promcp.NewUUID(), ParentQueryID: hop.QueryID, Coordinator: hop.Coordinator, TTL: hop.TTL - 1, Visited: visited}
+		// A peer that forwards again needs time for its own hop; it answers
+		// a little before our deadline so its answer is not cut off in transit.
+		wait := min(deadline.Sub(r.cfg.Now()), r.cfg.PerHop*time.Duration(child.TTL+1))
+		child.BudgetMs = max(1, (wait - wait/10).Milliseconds())
+		go func() {
+			cctx, cancel := context.WithTimeout(ctx, wait)
+			defer cancel()
+			rep, err := r.ask.Ask(cctx, p, args, child)
+			answers <- answer{p, rep, err}
+		}()
+	}
+	mm := &promcp.MeshMetadata{
+		CoordinatorNode: hop.Coordinator, FanoutUsed: len(ask), PeersConsulted: len(ask),
+		MeshSizeEstimate: max(1, m.SizeEstimate()), PartitionState: m.PartitionState(),
+	}
+	out := local
+	out.Candidates = slices.Clone(local.Candidates)
+	out.Blocked = slices.Clone(local.Blocked)
+	out.Context.RelatedReads = slices.Clone(local.Context.RelatedReads)
+	seen := map[string]bool{key(self.DeviceID, ""): true}
+	for _, p := range offline {
+		out.Blocked = append(out.Blocked, offlineEntry(p, fmt.Sprintf("%s is %s in the mesh since %s", p.DeviceID, p.State, promcp.Time(p.Since))))
+	}
+	remote := len(offline) > 0
+	answered := map[string]bool{}
+	for waiting := true; waiting && len(answered) < len(ask); {
+		select {
+		case a := <-answers:
+			answered[a.peer.NodeID] = true
+			if a.err != nil {
+				if errors.Is(a.err, context.DeadlineExceeded) {
+					mm.ResponsesDroppedLate++
+				}
+				out.Blocked = append(out.Blocked, offlineEntry(a.peer, a.err.Error()))
+				remote = true
+				continue
+			}
+			mm.ResponsesReceived++
+			if cm := a.rep.Metadata.MeshMetadata; cm != nil {
+				mm.PeersConsulted += cm.PeersConsulted
+				mm.ResponsesReceived += cm.ResponsesReceived
+				mm.ResponsesDroppedLate += cm.ResponsesDroppedLate
+				mm.TTLUsed = max(mm.TTLUsed, cm.TTLUsed+1)
+			} else {
+				mm.TTLUsed = max(mm.TTLUsed, 1)
+			}
+			if merge(&out, a.peer, a.rep, seen) {
+				remote = true
+			}
+		case <-ctx.Done():
+			waiting = false
+		}
+	}
+	for _, p := range ask {
+		if !answered[p.NodeID] {
+			// Its answer, should it come, is dropped: PhysMCP never returns late answers.
+			mm.ResponsesDroppedLate++
+			out.Blocked = append(out.Blocked, offlineEntry(p, fmt.Sprintf("no answer within the query's %d ms", hop.BudgetMs)))
+			remote = true
+		}
+	}
+	if remote {
+		out.Unroutable = slices.DeleteFunc(slices.Clone(out.Unroutable), func(u promcp.Unroutable) bool { return u.Reason == promcp.NoProducer })
+	} else if len(out.Unroutable) > 0 && len(ask) == 0 {
+		out.Unroutable = slices.Clone(out.Unroutable)
+		out.Unroutable[0].Detail += fmt.Sprintf("; no peer of the mesh (%d nodes) may serve it", mm.MeshSizeEstimate)
+	}
+	slices.SortStableFunc(out.Candidates, func(a, b promcp.Candidate) int {
+		switch {
+		case a.Confidence > b.Confidence:
+			return -1
+		case a.Confidence < b.Confidence:
+			return 1
+		}
+		return 0
+	})
+	out.Feasible = slices.ContainsFunc(out.Candidates, func(c promcp.Candidate) bool { return c.Permission == promcp.Allowed })
+	out.Metadata.MeshMetadata = mm
+	return out
+}

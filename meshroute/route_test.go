@@ -1,0 +1,169 @@
+package meshroute
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/physmcp/physmcpd/auth"
+	"github.com/physmcp/physmcpd/mesh"
+	"github.com/physmcp/physmcpd/promcp"
+)
+
+type members struct {
+	self  mesh.Peer
+	peers []mesh.Peer
+}
+
+func (m members) Self() mesh.Peer        { return m.self }
+func (m members) Peers() []mesh.Peer     { return m.peers }
+func (m members) SizeEstimate() int      { return 1 + len(m.peers) }
+func (m members) PartitionState() string { return mesh.PartitionNone }
+func peer(id, zone string, st mesh.State, tags ...string) mesh.Peer {
+	return mesh.Peer{NodeID: id, DeviceID: id, Zone: zone, State: st, Endpoint: "http://" + id + "/mcp",
+		Tags: mesh.Digest(append(tags, mesh.LocationPrefix+zone))}
+}
+
+// fakeAsker answers each peer from answer, or hangs until the call's
+// context ends for the peers in hang; it records every hop it was given.
+type fakeAsker struct {
+	answer func(p mesh.Peer, hop Hop) promcp.CapabilityReport
+	hang   map[string]bool
+	mu     sync.Mutex
+	hops   map[string]Hop
+	calls  atomic.Int32
+}
+
+func (f *fakeAsker) Ask(ctx context.Context, p mesh.Peer, _ map[string]any, hop Hop) (promcp.CapabilityReport, error) {
+	f.calls.Add(1)
+	f.mu.Lock()
+	if f.hops == nil {
+		f.hops = map[string]Hop{}
+	}
+	f.hops[p.NodeID] = hop
+	f.mu.Unlock()
+	if f.hang[p.NodeID] {
+		<-ctx.Done()
+		return promcp.CapabilityReport{}, context.DeadlineExceeded
+	}
+	return f.answer(p, hop), nil
+}
+
+func candidateOf(p mesh.Peer, tool string) promcp.CapabilityReport {
+	return promcp.CapabilityReport{
+		Candidates: []promcp.Candidate{{Capability: tool, Source: p.DeviceID, Confidence: 0.9, Permission: promcp.Allowed}},
+		Blocked:    []promcp.Blocked{}, Context: promcp.ReportContext{RelatedReads: []string{"read_" + tool[3:]}},
+		Metadata: promcp.ReportMetadata{DeviceID: p.DeviceID},
+	}
+}
+
+func unserved() promcp.CapabilityReport {
+	return promcp.CapabilityReport{
+		QueryID: "q-1", Candidates: []promcp.Candidate{}, Blocked: []promcp.Blocked{},
+		Unroutable: []promcp.Unroutable{{Outcome: promcp.OutcomeUnroutable, Reason: promcp.NoProducer, Detail: "nothing here"}},
+	}
+}
+
+var rainArgs = map[string]any{"intent": map[string]any{"semantic_tags": []any{"rain"}, "action": "read"}}
+
+func TestCoordinatorAsksMatchingPeersAndMerges(t *testing.T) {
+	ms := members{self: peer("a", "z1", mesh.Alive, "fan"), peers: []mesh.Peer{
+		peer("b", "z1", mesh.Alive, "fan"),
+		peer("d", "z2", mesh.Alive, "rain"),
+		peer("e", "z2", mesh.Dead, "rain"),
+	}}
+	ask := &fakeAsker{answer: func(p mesh.Peer, _ Hop) promcp.CapabilityReport { return candidateOf(p, "do_rain_cover") }}
+	r := New(ask, Config{})
+	r.SetMembers(ms)
+	rep, err := r.Route(context.Background(), rainArgs, nil, unserved())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ask.calls.Load() != 1 || ask.hops["d"].TTL != DefaultTTL-1 || ask.hops["d"].ParentQueryID != "q-1" {
+		t.Fatalf("asked %d peers, hops %+v; want only d, ttl %d, parent q-1", ask.calls.Load(), ask.hops, DefaultTTL-1)
+	}
+	if len(rep.Candidates) != 1 || rep.Candidates[0].DeviceID != "d" || rep.Candidates[0].Endpoint != "http://d/mcp" || !rep.Feasible {
+		t.Fatalf("candidates %+v feasible %v; want d's, with its endpoint", rep.Candidates, rep.Feasible)
+	}
+	if len(rep.Blocked) != 1 || rep.Blocked[0].DeviceID != "e" || rep.Blocked[0].Permission != promcp.SourceUnreachable {
+		t.Fatalf("blocked %+v; want the dead e as source_unreachable", rep.Blocked)
+	}
+	if len(rep.Unroutable) != 0 {
+		t.Errorf("unroutable %+v stays although the mesh answered", rep.Unroutable)
+	}
+	mm := rep.Metadata.MeshMetadata
+	if mm == nil || mm.CoordinatorNode != "a" || mm.FanoutUsed != 1 || mm.PeersConsulted != 1 || mm.ResponsesReceived != 1 || mm.TTLUsed != 1 || mm.MeshSizeEstimate != 4 {
+		t.Fatalf("metadata %+v", mm)
+	}
+	if rep.Context.RelatedReads[0] != "d.read_rain_cover" {
+		t.Errorf("related reads %v; want d.read_rain_cover", rep.Context.RelatedReads)
+	}
+}
+
+func TestLocalAnswerIsNotRouted(t *testing.T) {
+	ask := &fakeAsker{answer: func(p mesh.Peer, _ Hop) promcp.CapabilityReport { return candidateOf(p, "do_x") }}
+	r := New(ask, Config{})
+	r.SetMembers(members{self: peer("a", "z1", mesh.Alive), peers: []mesh.Peer{peer("d", "z1", mesh.Alive, "rain")}})
+	local := candidateOf(peer("a", "z1", mesh.Alive), "do_rain")
+	rep, _ := r.Route(context.Background(), rainArgs, nil, local)
+	if ask.calls.Load() != 0 || rep.Metadata.MeshMetadata != nil {
+		t.Fatalf("a query served here asked %d peers", ask.calls.Load())
+	}
+}
+
+// A peer that hangs never stretches the query past its total budget, and
+// is reported unreachable and counted as dropped late.
+func TestHungPeerKeepsTheDeadline(t *testing.T) {
+	ms := members{self: peer("a", "z1", mesh.Alive), peers: []mesh.Peer{peer("c", "z2", mesh.Alive, "rain"), peer("d", "z2", mesh.Alive, "rain")}}
+	ask := &fakeAsker{hang: map[string]bool{"c": true}, answer: func(p mesh.Peer, _ Hop) promcp.CapabilityReport { return candidateOf(p, "do_rain") }}
+	r := New(ask, Config{Total: 200 * time.Millisecond, PerHop: 50 * time.Millisecond})
+	r.SetMembers(ms)
+	start := time.Now()
+	rep, _ := r.Route(context.Background(), rainArgs, nil, unserved())
+	if took := time.Since(start); took > 400*time.Millisecond {
+		t.Errorf("took %v with a 200 ms budget", took)
+	}
+	mm := rep.Metadata.MeshMetadata
+	if mm.ResponsesReceived != 1 || mm.ResponsesDroppedLate != 1 {
+		t.Fatalf("metadata %+v; want 1 received, 1 dropped late", mm)
+	}
+	if len(rep.Blocked) != 1 || rep.Blocked[0].DeviceID != "c" || len(rep.Candidates) != 1 {
+		t.Fatalf("blocked %+v candidates %+v", rep.Blocked, rep.Candidates)
+	}
+	if got := ask.hops["c"].BudgetMs; got <= 0 || got > 200 {
+		t.Errorf("budget given to the peer %d ms; want within the query's 200", got)
+	}
+}
+
+func meshCtx() context.Context {
+	return auth.WithPrincipal(context.Background(), auth.Principal{Name: "mesh:a", Method: auth.MethodMesh})
+}
+
+func TestForwardedQueries(t *testing.T) {
+	ms := members{self: peer("b", "z1", mesh.Alive), peers: []mesh.Peer{peer("a", "z1", mesh.Alive, "rain"), peer("d", "z2", mesh.Alive, "rain")}}
+	ask := &fakeAsker{answer: func(p mesh.Peer, _ Hop) promcp.CapabilityReport { return candidateOf(p, "do_rain") }}
+	r := New(ask, Config{})
+	r.SetMembers(ms)
+	hop := map[string]any{MetaKey: map[string]any{"query_id": "f-1", "coordinator": "a", "ttl": 1, "visited": []any{"a", "b"}, "budget_ms": 300}}
+
+	if _, err := r.Route(context.Background(), rainArgs, hop, unserved()); err != ErrNotMember {
+		t.Fatalf("a forwarded query from a caller without a mesh credential: err %v, want ErrNotMember", err)
+	}
+	rep, err := r.Route(meshCtx(), rainArgs, hop, unserved())
+	if err != nil || ask.calls.Load() != 1 || len(rep.Candidates) != 1 || rep.Candidates[0].DeviceID != "d" {
+		t.Fatalf("forwarded with ttl 1: err %v, %d asks, candidates %+v; want d asked once (a is visited)", err, ask.calls.Load(), rep.Candidates)
+	}
+	if ask.hops["d"].TTL != 0 || ask.hops["d"].Coordinator != "a" {
+		t.Errorf("hop to d %+v; want ttl 0, coordinator a", ask.hops["d"])
+	}
+	again, _ := r.Route(meshCtx(), rainArgs, hop, unserved())
+	if ask.calls.Load() != 1 || len(again.Candidates)+len(again.Blocked)+len(again.Unroutable) != 0 {
+		t.Fatalf("the same query id again: %d asks, %+v; want an empty answer", ask.calls.Load(), again)
+	}
+	last := map[string]any{MetaKey: map[string]any{"query_id": "f-2", "coordinator": "a", "ttl": 0, "visited": []any{"a"}, "budget_ms": 100}}
+	if _, err := r.Route(meshCtx(), rainArgs, last, unserved()); err != nil || ask.calls.Load() != 1 {
+		t.Fatalf("ttl 0 forwarded on: err %v, %d asks", err, ask.calls.Load())
+	}
+}
