@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,7 +171,8 @@ func TestDeviceLogMessages(t *testing.T) {
 			t.Errorf("message %s %v, want %s %s", level, data, want.level, want.event)
 		}
 	}
-	if level, data := nextLog(t, errLogs); level != "error" || data["event"] != "device_breaker_open" || data["error"] == "" || data["retry_at"] == nil {
+	level, data := nextLog(t, errLogs)
+	if msg, _ := data["error"].(string); level != "error" || data["event"] != "device_breaker_open" || !strings.Contains(msg, "offline") || data["retry_at"] == nil {
 		t.Errorf("error-level session got %s %v", level, data)
 	}
 	noLog(t, errLogs, 200*time.Millisecond)
