@@ -114,7 +114,7 @@ func serve(ctx context.Context, cfg serveConfig, stdin io.Reader, stdout, stderr
 	slog.SetDefault(logger)
 
 	m, p, ok := loadDevice(cfg.manifest, cfg.policy, stderr)
-	if !ok || !serveFilesReadable(p, cfg.access, stderr) {
+	if !ok || !serveFilesReadable(m, p, cfg.access, stderr) {
 		return 1
 	}
 	prof, m, err := applyProfile(cfg, m, logger)

@@ -21,6 +21,7 @@ import (
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/mcpserver"
 	"github.com/physmcp/physmcpd/policy"
+	"github.com/physmcp/physmcpd/telemetry"
 )
 
 // accessFlags are serve's flags for who may use the HTTP endpoints and how
@@ -155,12 +156,18 @@ func httpAccess(cfg serveConfig, m *manifest.Manifest, p *policy.Policy, e *engi
 }
 
 // serveFilesReadable prints every identity file serve needs and cannot
-// read, from the policy and from its flags, so that serve stops before it
-// opens a bus.
-func serveFilesReadable(p *policy.Policy, f accessFlags, stderr io.Writer) bool {
+// read, from the policy and from its flags, and the manifest's telemetry
+// files, so that serve stops before it opens a bus.
+func serveFilesReadable(m *manifest.Manifest, p *policy.Policy, f accessFlags, stderr io.Writer) bool {
 	diags := identityFileDiags(p)
 	printDiags(stderr, diags)
 	ok := !diags.HasErrors()
+	if m.Telemetry != nil {
+		if _, err := telemetry.Options(m); err != nil {
+			fmt.Fprintf(stderr, "physmcpd serve: %s: %v\n", m.File, err)
+			ok = false
+		}
+	}
 	for _, flagFile := range []struct{ name, path string }{{"--override-key", f.overrideKey}, {"--tls-cert", f.tlsCert}, {"--tls-key", f.tlsKey}} {
 		if flagFile.path == "" {
 			continue

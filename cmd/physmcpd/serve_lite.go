@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -67,8 +66,16 @@ func checkBuildFlags(serveConfig) error { return nil }
 // accessFlags are the HTTP access flags: none in the Lite build.
 type accessFlags struct{}
 
-// serveFilesReadable: the Lite build reads no identity, key or certificate files.
-func serveFilesReadable(*policy.Policy, accessFlags, io.Writer) bool { return true }
+// serveFilesReadable: the Lite build reads no identity, key or certificate
+// files; it refuses a manifest that asks for telemetry, having no network
+// client, before it opens a bus.
+func serveFilesReadable(m *manifest.Manifest, _ *policy.Policy, _ accessFlags, stderr io.Writer) bool {
+	if m.Telemetry != nil {
+		fmt.Fprintf(stderr, "physmcpd serve: %s: telemetry.mqtt: this is the lite build of physmcpd, which publishes no telemetry; use the full build (physmcpd-TARGET)\n", m.File)
+		return false
+	}
+	return true
+}
 
 // durable is what serve keeps on disk: nothing in the Lite build.
 type durable struct{}
@@ -80,14 +87,8 @@ func openDurable(serveConfig, profiles.Profile, *manifest.Manifest, *slog.Logger
 func (*durable) close(*slog.Logger)        {}
 func (*durable) recoverAudit(*slog.Logger) {}
 
-// startTelemetry refuses a manifest that asks for telemetry: the Lite build
-// has no network client.
-func startTelemetry(e *engine.Engine, _ *slog.Logger) (func(), error) {
-	if e.Manifest().Telemetry != nil {
-		return nil, errors.New("telemetry.mqtt: this is the lite build of physmcpd, which publishes no telemetry; use the full build (physmcpd-TARGET)")
-	}
-	return func() {}, nil
-}
+// startTelemetry publishes nothing: serveFilesReadable refused telemetry.
+func startTelemetry(*engine.Engine, *slog.Logger) (func(), error) { return func() {}, nil }
 
 // serveMCP serves e's read_* and can_do tools through litemcp under the
 // profile's bounds.

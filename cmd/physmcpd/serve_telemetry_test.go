@@ -3,7 +3,9 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,4 +48,22 @@ func TestServeTelemetry(t *testing.T) {
 		}
 		return len(seen) == len(want)
 	})
+}
+
+// A telemetry file serve cannot read stops it before it opens a bus.
+func TestServeTelemetryFileMissing(t *testing.T) {
+	example, err := os.ReadFile(serveExampleManifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "physmcp.manifest.yml")
+	text := string(example) + "\ntelemetry:\n  mqtt: {broker: \"mqtt://greenhouse@127.0.0.1:1\", password_file: mqtt.password}\n"
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	code := run([]string{"serve", "--manifest", path, "--policy", serveExamplePolicy, "--simulate", "--http", "127.0.0.1:0"}, io.Discard, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "telemetry.mqtt.password_file") || strings.Contains(stderr.String(), "safe state") {
+		t.Errorf("exit %d: %s", code, stderr.String())
+	}
 }
