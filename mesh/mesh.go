@@ -397,7 +397,11 @@ func (m *Mesh) observeLocked(now time.Time) {
 	}
 	if m.det.observe(now, n) {
 		p := m.det.p
-		m.log.Warn("mesh: partition "+p.State, "reachable", p.Reachable, "before", p.Before, "minority", p.Minority())
+		lvl := slog.LevelWarn
+		if p.State == PartitionNone {
+			lvl = slog.LevelInfo
+		}
+		m.log.Log(context.Background(), lvl, "mesh: partition "+p.State, "reachable", p.Reachable, "before", p.Before, "minority", p.Minority())
 		m.emitLocked(Event{Kind: PartitionChanged, Partition: p, At: now})
 		m.scoutNow()
 	}

@@ -4,7 +4,9 @@ import (
 	"crypto/rand"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -206,4 +208,25 @@ func (m *Mesh) crash() {
 		}
 		m.ml.Shutdown()
 	})
+}
+
+// A node whose seed peer is not up yet keeps trying while it is alone.
+func TestSeedRetriedWhileAlone(t *testing.T) {
+	const hb = 200 * time.Millisecond
+	keys := testKey(t)
+	probe, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := probe.LocalAddr().(*net.UDPAddr).Port
+	probe.Close()
+	b := startNode(t, "node_b", "z", keys, hb, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	time.Sleep(time.Second) // the first join has failed
+	a, err := Start(Config{DeviceID: "node_a", BindAddr: "127.0.0.1", BindPort: port, MaxPeers: 8, HeartbeatInterval: hb, Keys: keys, Logger: testLogger(t)})
+	if err != nil {
+		t.Skipf("the seed's port was taken meanwhile: %v", err)
+	}
+	defer a.Close()
+	took := waitFor(t, scoutFast+2*time.Second, "b retries its seed", func() bool { return b.Alive("") == 1 && a.Alive("") == 1 })
+	t.Logf("joined the late seed %s after it started", took)
 }
