@@ -20,7 +20,9 @@ func TestWithMethods(t *testing.T) {
 		w.WriteHeader(http.StatusTeapot)
 	})
 	h := WithMethods(next, map[string]Method{
-		"physmcp/echo": func(_ context.Context, params json.RawMessage) (any, error) { return map[string]any{"params": params}, nil },
+		"physmcp/echo": func(_ context.Context, params json.RawMessage) (any, error) {
+			return map[string]any{"params": params}, nil
+		},
 		"physmcp/fail": func(context.Context, json.RawMessage) (any, error) { return nil, errors.New("no mesh") },
 	})
 	for _, c := range []struct {
