@@ -7,7 +7,10 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
@@ -92,4 +95,53 @@ func TestOperationToolsOverHTTP(t *testing.T) {
 		t.Fatalf("sequence: %v", seq)
 	}
 	s.call("start_oven_ramp", map[string]any{"value": 500}, true)
+}
+
+// TestStreamTool: stream_* subscribes the session (updates arrive as
+// resources/updated with the reading), refuses a pace finer than the
+// manifest's, and a second call replaces the first subscription.
+func TestStreamTool(t *testing.T) {
+	m, p := loadDevice(t, "../examples/roadmap/physmcp.manifest.yml", "../examples/roadmap/physmcp.policy.yml")
+	e := simEngine(t, m, p, nil)
+	op := engine.Caller{Identity: "local", Role: manifest.RoleOperator}
+	s, err := mcpserver.New(e, mcpserver.Options{Version: "test", Logger: quietLogger(), Group: "process", Caller: func(context.Context) engine.Caller { return op }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a session with its GET stream open (protocol 2025-11-25), where updates go
+	c := httpConnect(t, s, []transport.StreamableHTTPCOption{transport.WithContinuousListening()}, client.WithLegacyProtocolOnly())
+	got := make(chan map[string]any, 64)
+	c.OnNotification(func(n mcp.JSONRPCNotification) {
+		if n.Method == "notifications/resources/updated" {
+			select {
+			case got <- n.Params.AdditionalFields:
+			default:
+			}
+		}
+	})
+	_, sess := listTools(t, c)
+	if bad := sess.call("stream_oven_temperature", map[string]any{"deadband": 0.05}, true); bad["status"] != "failed" {
+		t.Fatalf("finer deadband: %v", bad)
+	}
+	if bad := sess.call("stream_oven_temperature", map[string]any{"interval_ms": 50}, true); bad["status"] != "failed" {
+		t.Fatalf("shorter interval: %v", bad)
+	}
+	sub := sess.call("stream_oven_temperature", map[string]any{}, false)
+	uri := mcpserver.ReadingURI("curing_oven_01", "oven_temperature")
+	if sub["status"] != "subscribed" || sub["resource_uri"] != uri || sub["interval_ms"] != 200.0 || sub["first"] == nil {
+		t.Fatalf("stream: %v", sub)
+	}
+	for range 2 {
+		select {
+		case n := <-got:
+			if n["uri"] != uri {
+				t.Fatalf("update for %v", n["uri"])
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no resources/updated notification")
+		}
+	}
+	if again := sess.call("stream_oven_temperature", map[string]any{"interval_ms": 500, "deadband": 0.5}, false); again["interval_ms"] != 500.0 || again["deadband"] != 0.5 {
+		t.Fatalf("second stream: %v", again)
+	}
 }

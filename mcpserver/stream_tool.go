@@ -65,7 +65,7 @@ func (a *adapter) stream(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 	}
 	session := server.ClientSessionFromContext(ctx)
 	if session == nil || session.SessionID() == "" {
-		return fail("a stream needs an MCP session to send its updates to (streamable HTTP with a session, or stdio)")
+		return fail("this client has no MCP session to send updates to (MCP 2026-07-28 is sessionless): open subscriptions/listen naming %s to receive them", uri)
 	}
 	w, err := a.e.Watch(ctx, a.opts.Caller(ctx), c.ToolName(), engine.WatchOptions{Deadband: deadband, MinInterval: interval})
 	if err != nil {

@@ -74,7 +74,16 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 
 // summary lists the tools the device will expose, one line each.
 func summary(w io.Writer, m *manifest.Manifest, p *policy.Policy) {
-	fmt.Fprintf(w, "device %s (%s): %d tools + can_do\n\n", m.Device.ID, m.Device.Type, len(m.Capabilities))
+	n := len(m.Capabilities)
+	for _, c := range m.Capabilities {
+		if c.Streamable {
+			n++
+		}
+	}
+	for _, o := range m.Operations {
+		n += len(o.ToolNames())
+	}
+	fmt.Fprintf(w, "device %s (%s): %d tools + can_do\n\n", m.Device.ID, m.Device.Type, n)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOOL\tGROUP\tBUS\tTYPE\tUNIT\tRANGE\tGUARDS")
 	for _, c := range m.Capabilities {
@@ -87,6 +96,23 @@ func summary(w io.Writer, m *manifest.Manifest, p *policy.Policy) {
 			typ += "{" + strings.Join(c.EnumValues, ",") + "}"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.ToolName(), dash(c.Group), bus, typ, dash(c.Unit), dash(c.Range.String()), dash(strings.Join(guards(c, p), ", ")))
+		if c.Streamable {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.StreamTool(), dash(c.Group), bus, typ, dash(c.Unit), "-", fmt.Sprintf("every >= %s", c.MinUpdateInterval()))
+		}
+	}
+	// operations act through other tools, whose guards apply to every write (docs/roadmap.md)
+	for _, o := range m.Operations {
+		via := "drives " + o.Drives
+		if o.Kind == manifest.KindSequence {
+			var steps []string
+			for _, st := range o.Steps {
+				steps = append(steps, st.Tool)
+			}
+			via = "steps " + strings.Join(steps, ", ")
+		}
+		for _, t := range o.ToolNames() {
+			fmt.Fprintf(tw, "%s\t%s\t-\t%s\t-\t-\t%s\n", t, dash(o.Group), dash(o.Shape()), via)
+		}
 	}
 	tw.Flush()
 }
