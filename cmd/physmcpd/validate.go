@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -115,6 +117,17 @@ func summary(w io.Writer, m *manifest.Manifest, p *policy.Policy) {
 		}
 	}
 	tw.Flush()
+	sep := "\n"
+	for _, name := range slices.Sorted(maps.Keys(m.Buses)) {
+		if b := m.Buses[name]; b.MCP != nil && b.MCP.Adopt != nil {
+			what := "every read_*"
+			if b.MCP.Adopt.Tools == manifest.AdoptAll {
+				what = "every tool"
+			}
+			fmt.Fprintf(w, "%sbus %s adopts %s of %s %s when serve starts (group %s)\n", sep, name, what, b.MCP.Protocol(), b.MCP.Address(), dash(b.MCP.Adopt.Group))
+			sep = ""
+		}
+	}
 }
 
 // guards names everything that can stop or change a call to the tool.

@@ -143,6 +143,10 @@ func TestWriteMapsTheSourcesOutcome(t *testing.T) {
 			var d *drivers.Declined
 			return errors.As(err, &d) && d.Permission == "cooldown_active" && !errors.Is(err, drivers.ErrInDoubt)
 		}, "refused by the source"},
+		{map[string]any{"status": "failed", "reason": "idempotency_key was already used for a different request"}, func(err error) bool {
+			var d *drivers.Declined
+			return errors.As(err, &d) && d.Permission == "policy_denied" && !errors.Is(err, drivers.ErrInDoubt)
+		}, "refused by the source without a permission"},
 		{map[string]any{"status": "failed", "permission": "source_unreachable", "reason": "outcome unknown"}, func(err error) bool {
 			return errors.Is(err, drivers.ErrInDoubt)
 		}, "in doubt at the source"},

@@ -125,10 +125,11 @@ func (p *point) value(v any) (drivers.Value, error) {
 //
 // The outcome maps onto the engine's write contract: success or partial is
 // applied; a refusal by the source's own checks is Declined (nothing
-// written); everything else may have acted and is ErrInDoubt: no answer, a
-// broken answer, and the source's own source_unreachable, which it gives
-// both for "could not read, nothing written" and for its own in-doubt
-// writes and which cannot be told apart from here.
+// written; policy_denied when the source names no permission); everything
+// else may have acted and is ErrInDoubt: no answer, a broken answer, and
+// the source's own source_unreachable, which it gives both for "could not
+// read, nothing written" and for its own in-doubt writes and which cannot
+// be told apart from here.
 func (p *point) Write(ctx context.Context, v drivers.Value) error {
 	if p.c.Kind != manifest.KindDo {
 		return drivers.ErrNotWritable
@@ -150,7 +151,11 @@ func (p *point) Write(ctx context.Context, v drivers.Value) error {
 	switch {
 	case status == "success" || status == "partial":
 		return nil
-	case status == "failed" && perm != "" && perm != "source_unreachable":
+	case status == "failed" && perm == "":
+		// physmcpd answers so what it refused before writing (a key reused
+		// for another value, an invalid request): nothing was written
+		return &drivers.Declined{Permission: "policy_denied", Reason: "the source refused without naming a permission: " + reason}
+	case status == "failed" && perm != "source_unreachable":
 		return &drivers.Declined{Permission: perm, Reason: reason}
 	}
 	return fmt.Errorf("%w: %s %s answered status %q (%s): %s", drivers.ErrInDoubt, p.bus.Describe(), p.b.Tool, status, orElse(perm, "no permission"), reason)
