@@ -163,6 +163,9 @@ func (w *levelWriter) Write(p []byte) (int, error) {
 			break
 		}
 	}
+	if strings.Contains(line, "use of closed network connection") {
+		level = slog.LevelDebug // memberlist's gossip racing its own shutdown
+	}
 	w.log.Log(context.Background(), level, "mesh: "+line)
 	return len(p), nil
 }
