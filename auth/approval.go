@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"cmp"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -9,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -61,6 +63,9 @@ type Approvals struct {
 
 	mu   sync.Mutex
 	used map[string]time.Time // redeemed nonces, kept until they expire
+	// pending are the claims issued and not redeemed yet, by nonce, until
+	// they expire: the approvals a person may still be asked for.
+	pending map[string]ApprovalClaim
 }
 
 // NewApprovals returns an issuer with a fresh random key (a restart
@@ -71,7 +76,7 @@ func NewApprovals(now func() time.Time) *Approvals {
 	}
 	key := make([]byte, 32)
 	rand.Read(key)
-	return &Approvals{key: key, now: now, used: map[string]time.Time{}}
+	return &Approvals{key: key, now: now, used: map[string]time.Time{}, pending: map[string]ApprovalClaim{}}
 }
 
 var b64 = base64.RawURLEncoding
@@ -86,7 +91,38 @@ func (a *Approvals) Issue(c ApprovalClaim, ttl time.Duration) (string, ApprovalC
 	if err != nil {
 		return "", c, err
 	}
+	a.mu.Lock()
+	a.pending[c.Nonce] = c
+	a.mu.Unlock()
 	return b64.EncodeToString(payload) + "." + b64.EncodeToString(a.sign(payload)), c, nil
+}
+
+// Pending lists the claims issued and neither redeemed nor expired, the
+// soonest to expire first: the calls waiting for a person's answer.
+func (a *Approvals) Pending() []ApprovalClaim {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.forget(a.now())
+	out := make([]ApprovalClaim, 0, len(a.pending))
+	for _, c := range a.pending {
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(x, y ApprovalClaim) int { return cmp.Compare(x.Expires, y.Expires) })
+	return out
+}
+
+// forget drops used nonces and pending claims that have expired.
+func (a *Approvals) forget(now time.Time) {
+	for n, until := range a.used {
+		if now.After(until) {
+			delete(a.used, n)
+		}
+	}
+	for n, c := range a.pending {
+		if !now.Before(time.UnixMilli(c.Expires)) {
+			delete(a.pending, n)
+		}
+	}
 }
 
 func (a *Approvals) sign(payload []byte) []byte {
@@ -118,14 +154,11 @@ func (a *Approvals) Redeem(state string, want ApprovalClaim) (ApprovalClaim, err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for n, until := range a.used {
-		if now.After(until) {
-			delete(a.used, n)
-		}
-	}
+	a.forget(now)
 	if _, dup := a.used[c.Nonce]; dup {
 		return c, ErrApprovalUsed
 	}
 	a.used[c.Nonce] = exp
+	delete(a.pending, c.Nonce)
 	return c, nil
 }

@@ -60,6 +60,46 @@ func TestApprovalsBindOnceAndExpire(t *testing.T) {
 	}
 }
 
+func TestApprovalsPendingUntilRedeemedOrExpired(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	a := NewApprovals(func() time.Time { return now })
+	pending := func() string {
+		var tools []string
+		for _, c := range a.Pending() {
+			tools = append(tools, c.Tool)
+		}
+		return strings.Join(tools, " ")
+	}
+	first := ApprovalClaim{Tool: "do_x", Args: "d1", Caller: "alice"}
+	state, _, err := a.Issue(first, 60*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.Issue(ApprovalClaim{Tool: "do_y", Args: "d2", Caller: "bob"}, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := pending(); got != "do_y do_x" {
+		t.Fatalf("pending, soonest first: %q", got)
+	}
+	// A refused redeem leaves it pending; the answer, accepted or declined, ends it.
+	if _, err := a.Redeem(state, ApprovalClaim{Tool: "do_x", Args: "d1", Caller: "mallory"}); err == nil {
+		t.Fatal("redeemed by another caller")
+	}
+	if got := pending(); got != "do_y do_x" {
+		t.Fatalf("after a refused redeem: %q", got)
+	}
+	if _, err := a.Redeem(state, first); err != nil {
+		t.Fatal(err)
+	}
+	if got := pending(); got != "do_y" {
+		t.Fatalf("after the answer: %q", got)
+	}
+	now = now.Add(30 * time.Second)
+	if got := pending(); got != "" {
+		t.Fatalf("after expiry: %q", got)
+	}
+}
+
 // A public-key provider accepts ES256 from the issuer and refuses a token
 // that claims HS256 signed with the public key's bytes (algorithm confusion).
 func TestJWTPublicKeyAndAlgorithmConfusion(t *testing.T) {

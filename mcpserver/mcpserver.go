@@ -37,6 +37,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock for bodies the adapter writes itself; defaults to time.Now.
 	Now func() time.Time
+	// Approvals issues the states that bind a person's approval to one
+	// call; nil means one of the server's own. Endpoints that share one let
+	// the status page list every approval waiting for an answer.
+	Approvals *auth.Approvals
 	// Group is the manifest group this server is the endpoint of: its
 	// capabilities and a can_do scoped to them. "" is the capabilities
 	// without a group (all of them when the device has no groups).
@@ -76,6 +80,9 @@ func New(e *engine.Engine, opts Options) (*server.MCPServer, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.Approvals == nil {
+		opts.Approvals = auth.NewApprovals(opts.Now)
+	}
 	tools, err := GroupTools(e, opts.Group)
 	if err != nil {
 		return nil, err
@@ -103,7 +110,7 @@ func New(e *engine.Engine, opts Options) (*server.MCPServer, error) {
 		server.WithExperimental(map[string]any{"promcp": about}),
 		server.WithToolFilter(roleFilter(e, opts.Caller)),
 	)
-	a := &adapter{e: e, opts: opts, m: m, surface: surface, approvals: auth.NewApprovals(opts.Now), server: s}
+	a := &adapter{e: e, opts: opts, m: m, surface: surface, approvals: opts.Approvals, server: s}
 	a.resources = newResources(a, s, hooks)
 	e.OnDeviceEvent(a.logDeviceEvent)
 	handlers := map[engine.ToolKind]server.ToolHandlerFunc{engine.ToolRead: a.read, engine.ToolDo: a.do, engine.ToolCanDo: a.canDo,

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/physmcp/physmcpd/auth"
 	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/promcp"
@@ -92,6 +93,9 @@ type StatusOptions struct {
 	Caller func(context.Context) engine.Caller
 	// AuditTail returns the audit trail's last n lines; nil when no trail is kept.
 	AuditTail func(n int) ([][]byte, error)
+	// Approvals are the endpoints' (Options.Approvals): the calls waiting
+	// for a person's answer are listed. nil lists none.
+	Approvals *auth.Approvals
 	// Now defaults to time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -100,8 +104,9 @@ type StatusOptions struct {
 // StatusAPI answers GET StatusAPIPath with the device's state as the
 // caller's role may see it: the read_* tools it may call (their readings,
 // from the cache while younger than statusMaxAge), the do_* tools it may
-// call (what blocks them now and until when), the breakers of the devices
-// behind those tools, and the audit lines about them. It must sit behind
+// call (what blocks them now and until when) and the calls of them waiting
+// for a person's approval, the breakers of the devices behind those tools,
+// and the audit lines about them. It must sit behind
 // Protect. Every other request goes to next.
 func StatusAPI(e *engine.Engine, opts StatusOptions, next http.Handler) http.Handler {
 	if opts.Now == nil {
@@ -135,6 +140,18 @@ type statusBody struct {
 	Actions  []statusAction `json:"actions"`
 	Buses    []statusBus    `json:"buses"`
 	Audit    statusAudit    `json:"audit"`
+	// Approvals are the calls waiting for a person's answer, which is given
+	// in the client of the agent that made the call.
+	Approvals []statusApproval `json:"approvals"`
+}
+
+type statusApproval struct {
+	Tool        string          `json:"tool"`
+	Caller      string          `json:"caller"`
+	Value       json.RawMessage `json:"value"`
+	Previous    json.RawMessage `json:"previous_value"`
+	ExpiresAt   string          `json:"expires_at"`
+	ExpiresInMs int64           `json:"expires_in_ms"`
 }
 
 type statusDevice struct {
@@ -190,7 +207,7 @@ func statusOf(ctx context.Context, e *engine.Engine, opts StatusOptions) statusB
 		Caller:   statusCaller{Name: caller.Identity, Role: caller.Role},
 		Time:     promcp.Time(now),
 		Readings: []statusRead{}, Actions: []statusAction{}, Buses: []statusBus{},
-		Audit: statusAudit{Kept: opts.AuditTail != nil, Lines: []json.RawMessage{}},
+		Audit: statusAudit{Kept: opts.AuditTail != nil, Lines: []json.RawMessage{}}, Approvals: []statusApproval{},
 	}
 	sees := func(tool string) bool { return e.Permits(tool, caller.Role) }
 	for _, t := range e.Tools() {
@@ -238,6 +255,15 @@ func statusOf(ctx context.Context, e *engine.Engine, opts StatusOptions) statusB
 			sb.RetryAt = promcp.Time(d.RetryAt)
 		}
 		body.Buses = append(body.Buses, sb)
+	}
+	if opts.Approvals != nil {
+		for _, c := range opts.Approvals.Pending() {
+			if sees(c.Tool) {
+				exp := time.UnixMilli(c.Expires)
+				body.Approvals = append(body.Approvals, statusApproval{Tool: c.Tool, Caller: c.Caller, Value: c.Value, Previous: c.Previous,
+					ExpiresAt: promcp.Time(exp), ExpiresInMs: max(exp.Sub(now), 0).Milliseconds()})
+			}
+		}
 	}
 	if opts.AuditTail != nil {
 		lines, err := opts.AuditTail(statusAuditLines)

@@ -12,6 +12,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+
 	"github.com/physmcp/physmcpd/auth"
 	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/manifest"
@@ -220,5 +224,76 @@ func TestStatusAPIShowsWhatTheRoleMaySee(t *testing.T) {
 	code, admin := getStatus(t, local, "")
 	if code != http.StatusOK || admin.Caller.Name != "local" || len(admin.Audit.Lines) != len(statusTrail) {
 		t.Errorf("local admin without a token: %d %+v %v", code, admin.Caller, admin.Audit.Lines)
+	}
+}
+
+// statusDuringApproval answers an approval form after reading the status API
+// while the question stands, as a technician's page would poll it.
+type statusDuringApproval struct {
+	url  string
+	seen []map[string]any
+}
+
+func (s *statusDuringApproval) Elicit(context.Context, mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	resp, err := http.Get(s.url + mcpserver.StatusAPIPath)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var body struct{ Approvals []map[string]any }
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return nil, err
+	}
+	s.seen = body.Approvals
+	return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionAccept, Content: map[string]any{"approve": true}}}, nil
+}
+
+// The status API lists a call waiting for a person's approval while the
+// person is asked (through the endpoints' shared issuer), and no longer once
+// they answered.
+func TestStatusAPIListsPendingApprovals(t *testing.T) {
+	m, p := loadDevice(t, accessManifest, "testdata/access/approval.policy.yml")
+	e := simEngine(t, m, p, nil)
+	approvals := auth.NewApprovals(nil)
+	local := engine.Caller{Identity: "local", Role: p.LocalRole()}
+	s, err := mcpserver.New(e, mcpserver.Options{Caller: mcpserver.CallerFrom(local), Approvals: approvals, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := mcpserver.StatusAPI(e, mcpserver.StatusOptions{Caller: mcpserver.CallerFrom(local), Approvals: approvals, Logger: quietLogger()},
+		mcpserver.NewHTTPHandler(s, quietLogger()))
+	ts := httptest.NewServer(mcpserver.StatusPage(mcpserver.Protect(api, mcpserver.Access{
+		Local: auth.Principal{Name: "local", Role: p.LocalRole(), Method: auth.MethodLocal}, Permits: mcpserver.RolePermits(e), Logger: quietLogger()})))
+	t.Cleanup(ts.Close)
+
+	page := &statusDuringApproval{url: ts.URL}
+	tr, err := transport.NewStreamableHTTP(ts.URL + mcpserver.EndpointPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client.NewClient(tr, client.WithElicitationHandler(page))
+	start(t, c)
+	res, err := callDo(t, c, "do_boiler_setpoint", map[string]any{"value": 55})
+	if err != nil || res.IsError {
+		t.Fatalf("approved do_: %v %s", err, resultText(res))
+	}
+	if len(page.seen) != 1 {
+		t.Fatalf("approvals while the person was asked: %v", page.seen)
+	}
+	a := page.seen[0]
+	if a["tool"] != "do_boiler_setpoint" || a["caller"] != "local" || a["value"] != 55.0 || a["previous_value"] != 40.0 {
+		t.Errorf("pending approval %v", a)
+	}
+	if ms, _ := a["expires_in_ms"].(float64); ms <= 0 || ms > 30000 {
+		t.Errorf("expires in %v ms, want within the rule's 30 s", a["expires_in_ms"])
+	}
+	resp, err := http.Get(ts.URL + mcpserver.StatusAPIPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var after struct{ Approvals []any }
+	if err := json.NewDecoder(resp.Body).Decode(&after); err != nil || len(after.Approvals) != 0 {
+		t.Errorf("approvals after the answer: %v %v", after.Approvals, err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/physmcp/physmcpd/audit"
+	"github.com/physmcp/physmcpd/auth"
 	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/mcpserver"
 	"github.com/physmcp/physmcpd/meshroute"
@@ -79,11 +80,15 @@ func serveMCP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *en
 		logger.Error("cannot join the mesh", "err", err)
 		return 1
 	}
+	// One issuer for every endpoint, so the status page lists every
+	// approval waiting for an answer.
+	approvals := auth.NewApprovals(nil)
 	opts := mcpserver.Options{
 		Version: buildVersion,
 		Logger:  logger,
 		// HTTP callers are who the access middleware authenticated.
-		Caller: mcpserver.CallerFrom(local),
+		Caller:    mcpserver.CallerFrom(local),
+		Approvals: approvals,
 	}
 	if router != nil {
 		opts.Router = router
@@ -100,7 +105,7 @@ func serveMCP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *en
 			return 1
 		}
 		h := mcpserver.NewEndpointsHandler(eps, logger, cfg.access.sessionLimits())
-		return serveHTTP(ctx, cfg, prof, e, router, h, statusAPI(e, dur.trail, local, logger, h), acc, logger)
+		return serveHTTP(ctx, cfg, prof, e, router, h, statusAPI(e, dur.trail, approvals, local, logger, h), acc, logger)
 	}
 	s, lim := eps[0].Server, streamLimits(prof)
 	return serveStream(ctx, cfg, e, func(ctx context.Context, in io.Reader, out io.Writer) error {
@@ -168,9 +173,9 @@ func serveHTTP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *e
 
 // statusAPI serves the status page's data in front of next, to callers
 // Protect authenticated (or the local caller), with the trail's tail when
-// one is kept.
-func statusAPI(e *engine.Engine, trail *audit.Log, local engine.Caller, logger *slog.Logger, next http.Handler) http.Handler {
-	opts := mcpserver.StatusOptions{Caller: mcpserver.CallerFrom(local), Logger: logger}
+// one is kept and the approvals waiting for an answer.
+func statusAPI(e *engine.Engine, trail *audit.Log, approvals *auth.Approvals, local engine.Caller, logger *slog.Logger, next http.Handler) http.Handler {
+	opts := mcpserver.StatusOptions{Caller: mcpserver.CallerFrom(local), Approvals: approvals, Logger: logger}
 	if trail != nil {
 		opts.AuditTail = trail.Tail
 	}

@@ -95,6 +95,14 @@ function render(s) {
     ]);
   }), s.audit.kept ? 'No audit lines this role may see.' : '');
 
+  show('approvals-section', s.approvals.length > 0);
+  fill('approvals', s.approvals.map((a) => row(a.tool, [
+    cell(a.tool.replace(/^do_/, '')),
+    cell(a.caller),
+    cell(JSON.stringify(a.previous_value) + ' → ' + JSON.stringify(a.value), 'value'),
+    cell('in ' + seconds(a.expires_in_ms) + ' (' + clock(a.expires_at) + ')', 'expires'),
+  ])), '');
+
   $('updated').textContent = 'Updated ' + clock(s.time) + ', every ' + EVERY_MS / 1000 + ' s.';
 }
 
@@ -117,25 +125,21 @@ async function poll() {
   const token = sessionStorage.getItem(TOKEN);
   const headers = { Accept: 'application/json' };
   if (token) headers.Authorization = 'Bearer ' + token;
-  let resp;
+  let resp, status;
   try {
     resp = await fetch(API, { headers, cache: 'no-store', credentials: 'omit' });
+    if (resp.status === 401) {
+      sessionStorage.removeItem(TOKEN);
+      showLogin(token ? 'The device refused this token.' : '');
+      return;
+    }
+    if (!resp.ok) throw new Error('it answered ' + resp.status);
+    status = await resp.json();
   } catch (err) {
-    showError('The device does not answer (' + err.message + '); trying again.');
+    showError('No status from the device (' + err.message + '); trying again.');
     timer = setTimeout(poll, EVERY_MS);
     return;
   }
-  if (resp.status === 401) {
-    sessionStorage.removeItem(TOKEN);
-    showLogin(token ? 'The device refused this token.' : '');
-    return;
-  }
-  if (!resp.ok) {
-    showError('The device answered ' + resp.status + '; trying again.');
-    timer = setTimeout(poll, EVERY_MS);
-    return;
-  }
-  const status = await resp.json();
   showError('');
   show('login', false);
   show('status', true);
