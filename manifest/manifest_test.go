@@ -12,6 +12,7 @@ import (
 const (
 	greenhouse = "../examples/physmcp.manifest.yml"
 	pumpSkid   = "../examples/pump-skid/physmcp.manifest.yml"
+	roadmapEx  = "../examples/roadmap/physmcp.manifest.yml"
 )
 
 func readFile(t testing.TB, path string) string {
@@ -86,7 +87,7 @@ func checkFinding(t *testing.T, diags strictyaml.Diags, want strictyaml.Pos, msg
 }
 
 func TestExamplesAreValid(t *testing.T) {
-	for _, path := range []string{greenhouse, pumpSkid} {
+	for _, path := range []string{greenhouse, pumpSkid, roadmapEx} {
 		m, diags := Load(path)
 		if m == nil {
 			t.Fatalf("%s: %s", path, diags)
@@ -372,6 +373,15 @@ var manifestEdits = []edit{
 	{name: "simulation noise on bool", base: greenhouse, old: "      initial: true", new: "      initial: true\n      noise: 0.1", at: "0.1", msg: "only applies to float and int"},
 	{name: "waveform shape", base: greenhouse, old: "shape: sine", new: "shape: wobble", at: "wobble", msg: "sine, triangle, square or sawtooth"},
 	{name: "waveform period", base: greenhouse, old: "period_s: 600", new: "period_s: 0", at: "0}", msg: "must be positive"},
+	// Operations (kind start and sequence).
+	{name: "step on another device", base: roadmapEx, old: "{tool: do_outlet_valve, value: true}", new: "{tool: do_outlet_valve, value: true, device: pump_skid_plant_01}", at: "pump_skid_plant_01", msg: "need the mesh"},
+	{name: "step of an unknown tool", base: roadmapEx, old: "{tool: do_outlet_valve, value: true}", new: "{tool: do_outlet_vlave, value: true}", at: "do_outlet_vlave", msg: "no do capability serves do_outlet_vlave"},
+	{name: "step value", base: roadmapEx, old: "{tool: do_outlet_valve, value: true}", new: "{tool: do_outlet_valve, value: 3}", at: "3}", msg: "must be true or false"},
+	{name: "start drives nothing", base: roadmapEx, old: "drives: oven_setpoint", new: "drives: oven_setpiont", at: "oven_setpiont", msg: `no do capability named "oven_setpiont"`},
+	{name: "start drives a point without a safe value", base: roadmapEx, old: "    safe_value: 20\n", new: "", at: "oven_setpoint\n    ramp", msg: "has no safe_value"},
+	{name: "ramp faster than the cooldown", base: roadmapEx, old: "    safe_value: 20\n", new: "    safe_value: 20\n    cooldown_ms: 60000\n", at: "10000}", msg: "shorter than do_oven_setpoint's cooldown_ms 60000"},
+	{name: "start with two shapes", base: roadmapEx, old: "ramp: {rate_per_minute: 6, step_ms: 10000}", new: "ramp: {rate_per_minute: 6, step_ms: 10000}\n    run: {max_duration_ms: 100}", at: "name: oven_ramp", msg: "exactly one of ramp, run and move"},
+	{name: "streamable do", base: roadmapEx, old: "    safe_value: 20\n", new: "    safe_value: 20\n    streamable: true\n", at: "true\n    simulation: {initial: 20}", msg: "only applies to read capabilities"},
 	// Warnings: legal but suspicious.
 	{name: "generic name", base: greenhouse, old: "name: door_closed", new: "name: value", at: "value", msg: "generic name", warning: true},
 	{name: "read description sounds like a write", base: greenhouse, old: "description: Whether the greenhouse door", new: "description: Reset whether the greenhouse door", at: "Reset", msg: `("Reset")`, warning: true},
