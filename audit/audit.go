@@ -42,6 +42,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -80,7 +81,13 @@ type Log struct {
 	keyedSince string
 	// appended wakes a Shipper after each line; it never blocks Append.
 	appended chan struct{}
+	// written counts the lines appended since Open, for monitoring.
+	written atomic.Uint64
 }
+
+// Written is the number of lines appended since Open (the evidence line
+// Open may append included).
+func (l *Log) Written() uint64 { return l.written.Load() }
 
 // head is the content of HEAD and ANCHOR. MAC and KeyID are set when the
 // chain is keyed at that point; KeyedSince (HEAD only) names the file of the
@@ -248,6 +255,7 @@ func (l *Log) Append(v any) error {
 		return fmt.Errorf("audit: sync %s: %w", l.file, err)
 	}
 	l.line++
+	l.written.Add(1)
 	l.prev = l.key.sum(line)
 	select {
 	case l.appended <- struct{}{}:

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -64,7 +65,17 @@ type Shipper struct {
 	cur    cursor
 	cancel context.CancelFunc
 	done   chan struct{}
+
+	shipped atomic.Uint64 // lines the sink took since Ship
+	down    atomic.Bool   // the latest send failed
 }
+
+// Shipped is the number of lines the sink has acknowledged since Ship.
+func (s *Shipper) Shipped() uint64 { return s.shipped.Load() }
+
+// Failing reports whether the latest send to the sink failed: lines wait in
+// the trail until a send succeeds.
+func (s *Shipper) Failing() bool { return s.down.Load() }
 
 // Ship starts shipping l's lines to s from the position recorded in the
 // trail's directory (from the oldest kept line when there is none). Close
@@ -133,6 +144,7 @@ func (s *Shipper) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		s.down.Store(err != nil)
 		if err != nil {
 			backoff = min(max(2*backoff, s.opts.MinBackoff), s.opts.MaxBackoff)
 			if !failing {
@@ -152,6 +164,7 @@ func (s *Shipper) run(ctx context.Context) {
 			failing = false
 		}
 		backoff = 0
+		s.shipped.Add(uint64(len(lines)))
 		s.cur = next
 		if err := writeCursor(filepath.Join(s.log.dir, cursorFile), next); err != nil {
 			// the lines went; after a restart they go again (at least once)

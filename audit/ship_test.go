@@ -3,9 +3,11 @@ package audit
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -47,6 +49,9 @@ func TestShipNeverBlocksAppend(t *testing.T) {
 	}
 	if err := sh.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if l.Written() != 201 || sh.Shipped() != 0 {
+		t.Errorf("written %d, shipped %d; want 201 and 0", l.Written(), sh.Shipped())
 	}
 	if _, err := os.Stat(filepath.Join(l.dir, cursorFile)); !os.IsNotExist(err) {
 		t.Errorf("a position was saved though the sink took nothing: %v", err)
@@ -145,5 +150,55 @@ func TestShipAcrossDaysAndRetention(t *testing.T) {
 	defer sh.Close()
 	if got := other.wait(t, 3); len(got) != 3 {
 		t.Errorf("a new sink got %d lines, want the 3 kept", len(got))
+	}
+}
+
+// flaky fails every send until healed.
+type flaky struct {
+	recorder
+	healed atomic.Bool
+	failed chan struct{}
+}
+
+func (f *flaky) Send(ctx context.Context, lines [][]byte) error {
+	if !f.healed.Load() {
+		select {
+		case f.failed <- struct{}{}:
+		default:
+		}
+		return errors.New("sink down")
+	}
+	return f.recorder.Send(ctx, lines)
+}
+
+// Shipped and Failing follow the sink through an outage.
+func TestShipperCountsAndFailing(t *testing.T) {
+	l, err := Open(t.TempDir(), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	s := &flaky{failed: make(chan struct{}, 1)}
+	sh, err := Ship(l, s, ShipOptions{Sink: "flaky", MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sh.Close()
+	for i := range 3 {
+		if err := l.Append(map[string]any{"n": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-s.failed
+	<-s.failed // the flag is set between the first failure and the second send
+	if !sh.Failing() || sh.Shipped() != 0 {
+		t.Fatalf("sink down: failing %v, shipped %d", sh.Failing(), sh.Shipped())
+	}
+	s.healed.Store(true)
+	s.wait(t, 3)
+	for deadline := time.Now().Add(10 * time.Second); sh.Shipped() < 3 && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	}
+	if sh.Failing() || sh.Shipped() != 3 || l.Written() != 3 {
+		t.Fatalf("sink back: failing %v, shipped %d, written %d", sh.Failing(), sh.Shipped(), l.Written())
 	}
 }

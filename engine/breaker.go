@@ -205,21 +205,25 @@ func (d *device) record(now time.Time, err error) (opened bool, change string) {
 // transact runs one driver transaction for pt through the device's queue and
 // breaker, under the capability's timeout, and turns a driver panic into an
 // error.
-func (e *Engine) transact(ctx context.Context, pt *point, f func(context.Context) error) (err error) {
+func (e *Engine) transact(ctx context.Context, pt *point, op txOp, f func(context.Context) error) (err error) {
 	d := e.device(pt)
 	select {
 	case d.slots <- struct{}{}:
 	default:
+		pt.bus.errors[errBusy].Add(1)
 		return fmt.Errorf("%s: %w: %d transactions are already waiting", d.name, ErrDeviceBusy, MaxQueued)
 	}
 	defer func() { <-d.slots }()
 	if err := d.admit(e.now()); err != nil {
+		pt.bus.errors[errCircuitOpen].Add(1)
 		return err
 	}
 	defer func() {
 		if r := recover(); r != nil {
 			e.log.Error("driver panic recovered", "point", pt.drv.Describe(), "panic", r, "stack", string(debug.Stack()))
 			err = fmt.Errorf("%s: %w: %v", pt.drv.Describe(), ErrDriverPanic, r)
+			pt.bus.ops[op].Add(1) // timed did not get to count it
+			pt.bus.errors[errPanic].Add(1)
 		}
 		opened, change := d.record(e.now(), err)
 		if opened {
@@ -229,7 +233,7 @@ func (e *Engine) transact(ctx context.Context, pt *point, f func(context.Context
 			e.deviceChanged(d, pt, change)
 		}
 	}()
-	return e.timed(ctx, pt, f)
+	return e.timed(ctx, pt, op, f)
 }
 
 // breakerBlocks is can_do's view of the breaker: an open breaker blocks at

@@ -87,12 +87,12 @@ func TestDeviceQueueIsBounded(t *testing.T) {
 	c := &manifest.Capability{Name: "level", Kind: manifest.KindRead, Binding: manifest.Binding{Bus: "plc", Modbus: &manifest.ModbusBinding{Unit: 2}}}
 	bp := blockingPoint{release: make(chan struct{})}
 	e := &Engine{now: time.Now, log: slog.New(slog.DiscardHandler)}
-	pt := &point{c: c, tool: "read_level", drv: bp}
+	pt := &point{c: c, tool: "read_level", drv: bp, bus: &busCounters{}}
 	var wg sync.WaitGroup
 	started := make(chan struct{}, MaxQueued)
 	for range MaxQueued {
 		wg.Go(func() {
-			_ = e.transact(context.Background(), pt, func(ctx context.Context) error {
+			_ = e.transact(context.Background(), pt, opRead, func(ctx context.Context) error {
 				started <- struct{}{}
 				_, err := bp.Read(ctx)
 				return err
@@ -102,13 +102,13 @@ func TestDeviceQueueIsBounded(t *testing.T) {
 	for range MaxQueued {
 		<-started
 	}
-	err := e.transact(context.Background(), pt, func(context.Context) error { return nil })
+	err := e.transact(context.Background(), pt, opRead, func(context.Context) error { return nil })
 	if !errors.Is(err, ErrDeviceBusy) {
 		t.Fatalf("transaction %d: want ErrDeviceBusy, got %v", MaxQueued+1, err)
 	}
 	close(bp.release)
 	wg.Wait()
-	if err := e.transact(context.Background(), pt, func(context.Context) error { return nil }); err != nil {
+	if err := e.transact(context.Background(), pt, opRead, func(context.Context) error { return nil }); err != nil {
 		t.Fatalf("after the queue drained: %v", err)
 	}
 }

@@ -366,7 +366,7 @@ func (e *Engine) dryRun(ctx context.Context, pt *point, caller Caller, in promcp
 // candidate is allowed only when both would let the call through.
 func (e *Engine) assess(ctx context.Context, pt *point, a drivers.Assessor, value any) decision {
 	var perm, reason string
-	err := e.transact(context.WithoutCancel(ctx), pt, func(ctx context.Context) (err error) {
+	err := e.transact(context.WithoutCancel(ctx), pt, opRead, func(ctx context.Context) (err error) {
 		perm, reason, err = a.Assess(ctx, value)
 		return err
 	})
@@ -513,7 +513,11 @@ func (e *Engine) relatedReads(rep *promcp.CapabilityReport, in promcp.Intent) {
 	}
 }
 
+// sealReport completes the report and counts the call.
 func (e *Engine) sealReport(rep promcp.CapabilityReport, start time.Time) promcp.CapabilityReport {
+	took := time.Since(start)
+	e.canDoCounts.calls.Add(1)
+	e.callLatency[verbCanDo].observe(took)
 	for _, c := range rep.Candidates {
 		if c.Permission == promcp.Allowed {
 			rep.Feasible = true
@@ -524,7 +528,7 @@ func (e *Engine) sealReport(rep promcp.CapabilityReport, start time.Time) promcp
 	}
 	rep.Metadata = promcp.ReportMetadata{
 		Timestamp:      promcp.Time(e.now()),
-		TotalLatencyMs: time.Since(start).Round(time.Millisecond).Milliseconds(),
+		TotalLatencyMs: took.Round(time.Millisecond).Milliseconds(),
 		DeviceID:       e.deviceID(),
 		PromcpBase:     promcp.BaseVersion,
 	}

@@ -56,7 +56,12 @@ func (e *Engine) Do(ctx context.Context, caller Caller, tool string, req promcp.
 func (e *Engine) do(ctx context.Context, caller Caller, pt *point, req promcp.DoRequest, by *runningOp) (resp promcp.DoResponse) {
 	tool := pt.tool
 	outcome, at, began := "", e.now(), time.Now()
-	defer func() { e.auditDo(caller, pt, req, resp, outcome, at, time.Since(began)) }()
+	defer func() {
+		took := time.Since(began)
+		pt.counts.doAnswered(resp, outcome)
+		e.callLatency[verbDo].observe(took)
+		e.auditDo(caller, pt, req, resp, outcome, at, took)
+	}()
 	key := req.IdempotencyKey
 	if key == "" {
 		key = promcp.NewUUID()
@@ -159,7 +164,7 @@ func (e *Engine) write(ctx context.Context, pt *point, base Record, key string, 
 	// The key goes with the write: a point whose device is itself
 	// idempotent by key (an adopted do_*) passes it on, so a retry after a
 	// lost outcome cannot act twice there either.
-	werr := e.transact(drivers.WithIdempotencyKey(ctx, key), pt, func(ctx context.Context) error { return pt.drv.Write(ctx, d.value) })
+	werr := e.transact(drivers.WithIdempotencyKey(ctx, key), pt, opWrite, func(ctx context.Context) error { return pt.drv.Write(ctx, d.value) })
 	if werr != nil && !inDoubt(werr) {
 		return e.notApplied(pt, base, key, d.value, prev, werr)
 	}

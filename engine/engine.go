@@ -80,6 +80,11 @@ type Engine struct {
 
 	watches watches // subscriptions to readings (watch.go)
 	events  events  // listeners to device changes (events.go)
+
+	// Counters for Stats (stats.go).
+	busCounts   map[string]*busCounters // by bus name
+	canDoCounts toolCounters
+	callLatency [len(verbs)]histogram
 }
 
 // point is a capability bound to its driver, with its read cache and limits.
@@ -91,6 +96,8 @@ type point struct {
 	location string
 	site     *site
 	dev      atomic.Pointer[device] // its breaker and queue, once looked up (breaker.go)
+	bus      *busCounters
+	counts   toolCounters
 
 	reads flight
 	watch atomic.Pointer[watcher] // while somebody watches the reading (watch.go)
@@ -151,6 +158,7 @@ func New(m *manifest.Manifest, p *policy.Policy, buses map[string]drivers.Bus, o
 		byLocation: map[string][]*point{},
 		sites:      map[string]*site{},
 		running:    map[string]*keyedCall{},
+		busCounts:  map[string]*busCounters{},
 	}
 	if e.now == nil {
 		e.now = time.Now
@@ -177,6 +185,10 @@ func New(m *manifest.Manifest, p *policy.Policy, buses map[string]drivers.Bus, o
 			return nil, fmt.Errorf("capability %s: %w", c.ToolName(), err)
 		}
 		pt := &point{c: c, tool: c.ToolName(), drv: drv, busType: c.Binding.Type, location: locationKey(c), nameWords: words(c.Name), adopted: m.AdoptedFrom(c)}
+		if pt.bus = e.busCounts[c.Binding.Bus]; pt.bus == nil {
+			pt.bus = &busCounters{name: c.Binding.Bus, typ: c.Binding.Type}
+			e.busCounts[c.Binding.Bus] = pt.bus
+		}
 		pt.vocab = map[string]bool{}
 		for _, t := range c.SemanticTags {
 			pt.vocab[strings.ToLower(t)] = true
@@ -280,15 +292,17 @@ func unitOf(c *manifest.Capability) *string {
 }
 
 // timed runs one driver transaction under the capability's timeout and feeds
-// the latency estimate can_do reports.
-func (e *Engine) timed(ctx context.Context, pt *point, f func(context.Context) error) error {
+// the latency estimate can_do reports and the bus's counters.
+func (e *Engine) timed(ctx context.Context, pt *point, op txOp, f func(context.Context) error) error {
 	defer pt.done(pt.begin(e.now()))
 	start := time.Now()
 	b := newBudget(ctx, start.Add(pt.c.Timeout()))
 	defer b.end()
 	err := f(b)
+	ran := time.Since(start)
 	pt.mu.Lock()
-	pt.latency.observe(time.Since(start))
+	pt.latency.observe(ran)
 	pt.mu.Unlock()
+	pt.bus.sent(op, ran, err)
 	return err
 }

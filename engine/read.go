@@ -108,7 +108,7 @@ func (e *Engine) measure(ctx context.Context, pt *point) (*reading, error) {
 	// never reported as reliable.
 	unsynced := !e.synced()
 	var r *reading
-	err := e.transact(context.WithoutCancel(ctx), pt, func(ctx context.Context) error {
+	err := e.transact(context.WithoutCancel(ctx), pt, opRead, func(ctx context.Context) error {
 		s, err := pt.drv.Read(ctx)
 		if err != nil {
 			return err
@@ -217,7 +217,10 @@ func (e *Engine) observeWithin(ctx context.Context, pt *point, maxAge time.Durat
 	r := e.cachedWithin(pt, maxAge)
 	var err error
 	if r == nil {
+		pt.counts.misses.Add(1)
 		r, err = e.sample(ctx, pt)
+	} else {
+		pt.counts.hits.Add(1)
 	}
 	return e.respond(pt, r, err)
 }
@@ -263,10 +266,17 @@ func (e *Engine) Read(ctx context.Context, caller Caller, tool string) (promcp.R
 	if err != nil {
 		return promcp.ReadResponse{}, err
 	}
+	start := time.Now()
+	var resp promcp.ReadResponse
 	if d := e.access(pt, caller); d.permission != promcp.Allowed {
-		return e.refusedRead(pt, d), nil
+		pt.counts.refused(d.permission)
+		resp = e.refusedRead(pt, d)
+	} else {
+		resp = e.observe(ctx, pt)
 	}
-	return e.observe(ctx, pt), nil
+	pt.counts.read(resp.Quality)
+	e.callLatency[verbRead].observe(time.Since(start))
+	return resp, nil
 }
 
 // refusedRead is the read_* answer to a caller the policy does not allow.

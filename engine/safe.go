@@ -81,7 +81,7 @@ func (e *Engine) driveSafe(ctx context.Context, pt *point, v any, why string, ca
 	sent := e.now()
 	// The write goes around the circuit breaker on purpose: an actuator must be
 	// tried whenever it is to be made safe, even if its device failed recently.
-	werr := e.timed(ctx, pt, func(ctx context.Context) error { return pt.drv.Write(ctx, value) })
+	werr := e.timed(ctx, pt, opWrite, func(ctx context.Context) error { return pt.drv.Write(ctx, value) })
 	changed := perr != nil || !sameValue(pt, prev.value, value)
 	// A write that may have changed the device is charged and numbered, so an
 	// older in-doubt key retried later is superseded rather than undoing it.

@@ -50,6 +50,9 @@ type Access struct {
 	// Permits says whether a role may call a tool (RolePermits); a
 	// tools/call of any other tool is refused with 403 before it runs.
 	Permits func(tool string, role manifest.Role) bool
+	// Refused is told of each call refused so (nil: nobody), for the
+	// engine's counts (engine.NoteRefused).
+	Refused func(tool string, p promcp.Permission)
 	// AllowedOrigins are browser origins accepted besides same-origin and
 	// loopback ones, e.g. "https://console.example.com".
 	AllowedOrigins []string
@@ -341,6 +344,9 @@ func (p *protector) deniedCall(body []byte, principal auth.Principal, remote str
 func (p *protector) forbidden(w http.ResponseWriter, id json.RawMessage, tool string, principal auth.Principal) {
 	reason := fmt.Sprintf("role %s may not call %s", principal.Role, tool)
 	p.acc.Logger.Info("tool call refused: role", "tool", tool, "caller", principal.Name, "role", principal.Role)
+	if p.acc.Refused != nil {
+		p.acc.Refused(tool, promcp.PermissionInsufficient)
+	}
 	w.Header().Set("WWW-Authenticate", fmt.Sprintf("Bearer error=\"insufficient_scope\", error_description=%q", headerSafe(reason)))
 	writeJSON(w, http.StatusForbidden, rpcError(id, -32003, reason+"; nothing was written",
 		map[string]any{"permission": promcp.PermissionInsufficient, "reason": reason}))

@@ -67,6 +67,14 @@ func (h *HTTPHandler) mount(path string, s *server.MCPServer) {
 
 func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
+// OpenSessions is the number of streamable HTTP sessions open across h's
+// endpoints.
+func (h *HTTPHandler) OpenSessions() int {
+	h.sessions.mu.Lock()
+	defer h.sessions.mu.Unlock()
+	return len(h.sessions.byID)
+}
+
 // CloseSessions ends every open session, which releases long-lived GET
 // streams so that http.Server.Shutdown can finish.
 func (h *HTTPHandler) CloseSessions(ctx context.Context) {
