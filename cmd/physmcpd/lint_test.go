@@ -88,11 +88,11 @@ func TestLintExampleEndpointsLiveStrict(t *testing.T) {
 	}
 }
 
-// startServe runs serve on a free loopback port until the test ends and
-// returns the server's base URL.
-func startServe(t *testing.T, manifestPath, policyPath string) string {
+// startServe runs serve (with extra flags) on a free loopback port until the
+// test ends and returns the server's base URL.
+func startServe(t *testing.T, manifestPath, policyPath string, extra ...string) string {
 	t.Helper()
-	url, _, _, _ := serveInBackground(t, []string{"--manifest", manifestPath, "--policy", policyPath, "--simulate", "--http", "127.0.0.1:0"})
+	url, _, _, _ := serveInBackground(t, append([]string{"--manifest", manifestPath, "--policy", policyPath, "--simulate", "--http", "127.0.0.1:0"}, extra...))
 	return strings.TrimSuffix(url, mcpserver.EndpointPath)
 }
 

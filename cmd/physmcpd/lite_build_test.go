@@ -24,7 +24,7 @@ func TestLiteBuild(t *testing.T) {
 	}
 	fullOnly := []string{"net/http", "crypto/tls", "github.com/mark3labs/mcp-go", "github.com/golang-jwt/jwt", "go.etcd.io/bbolt",
 		"github.com/santhosh-tekuri/jsonschema", "github.com/physmcp/physmcpd/auth", "github.com/physmcp/physmcpd/audit",
-		"github.com/physmcp/physmcpd/state", "github.com/physmcp/physmcpd/lint"}
+		"github.com/physmcp/physmcpd/state", "github.com/physmcp/physmcpd/lint", "github.com/physmcp/physmcpd/metrics", "github.com/prometheus"}
 	for _, pkg := range strings.Fields(string(out)) {
 		// mcpserver is the mcp-go adapter; its mcpcore and litemcp are Lite's own.
 		linked := pkg == "github.com/physmcp/physmcpd/mcpserver"
@@ -42,7 +42,7 @@ func TestLiteBuild(t *testing.T) {
 
 	t.Run("refuses full", func(t *testing.T) {
 		for _, args := range [][]string{
-			{"--profile", "full"}, {"--http", "127.0.0.1:8765"}, {"--state-dir", t.TempDir()}, {"--allow-remote"}, {"--tls-cert", "c.pem"},
+			{"--profile", "full"}, {"--http", "127.0.0.1:8765"}, {"--state-dir", t.TempDir()}, {"--allow-remote"}, {"--tls-cert", "c.pem"}, {"--metrics-public"},
 		} {
 			var stderr bytes.Buffer
 			cmd := exec.Command(bin, append([]string{"serve", "--manifest", serveExampleManifest, "--simulate"}, args...)...)

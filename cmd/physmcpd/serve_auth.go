@@ -20,6 +20,7 @@ import (
 	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/mcpserver"
+	"github.com/physmcp/physmcpd/metrics"
 	"github.com/physmcp/physmcpd/policy"
 	"github.com/physmcp/physmcpd/telemetry"
 )
@@ -34,6 +35,7 @@ type accessFlags struct {
 	bodyTimeout     time.Duration
 	maxSessions     int
 	sessionIdle     time.Duration
+	metricsPublic   bool
 }
 
 type stringList []string
@@ -50,6 +52,7 @@ func (f *accessFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.bodyTimeout, "body-timeout", mcpserver.DefaultBodyTimeout, "time an HTTP client has to send a request body after its headers (then 408 and the connection closes)")
 	fs.IntVar(&f.maxSessions, "max-sessions", mcpserver.DefaultMaxSessions, "most MCP sessions open at once over HTTP; an initialize beyond them gets 503")
 	fs.DurationVar(&f.sessionIdle, "session-idle-timeout", mcpserver.DefaultSessionIdleTimeout, "an HTTP MCP session without a request for this long is released (its client must initialize again)")
+	fs.BoolVar(&f.metricsPublic, "metrics-public", false, "serve "+metrics.Path+" without authentication (a scraper on a trusted network); by default it takes the same bearer token as "+mcpserver.EndpointPath)
 }
 
 func (f *accessFlags) sessionLimits() mcpserver.SessionLimits {
@@ -147,6 +150,7 @@ func httpAccess(cfg serveConfig, m *manifest.Manifest, p *policy.Policy, e *engi
 		Auth:           a,
 		Local:          auth.Principal{Name: "local", Role: p.LocalRole(), Method: auth.MethodLocal},
 		Permits:        mcpserver.RolePermits(e),
+		Refused:        e.NoteRefused,
 		AllowedOrigins: f.origins,
 		MaxBodyBytes:   f.maxBody,
 		BodyTimeout:    f.bodyTimeout,

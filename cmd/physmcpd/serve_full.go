@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/mcpserver"
 	"github.com/physmcp/physmcpd/meshroute"
+	"github.com/physmcp/physmcpd/metrics"
 	"github.com/physmcp/physmcpd/profiles"
 )
 
@@ -43,6 +45,8 @@ func checkBuildFlags(cfg serveConfig) error {
 		if err := checkListenAddr(cfg.httpAddr, cfg.allowRemote); err != nil {
 			return err
 		}
+	} else if cfg.access.metricsPublic {
+		return errors.New("--metrics-public serves " + metrics.Path + " over HTTP: it needs --http")
 	}
 	return cfg.access.check()
 }
@@ -105,7 +109,8 @@ func serveMCP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *en
 			return 1
 		}
 		h := mcpserver.NewEndpointsHandler(eps, logger, cfg.access.sessionLimits())
-		return serveHTTP(ctx, cfg, prof, e, router, h, statusAPI(e, dur.trail, approvals, local, logger, h), acc, logger)
+		src := metrics.Sources{Engine: e, Trail: dur.trail, Shipper: dur.shipper, Sessions: h.OpenSessions, Version: buildVersion, Revision: buildRevision}
+		return serveHTTP(ctx, cfg, prof, e, router, h, statusAPI(e, dur.trail, approvals, local, logger, h), src, acc, logger)
 	}
 	s, lim := eps[0].Server, streamLimits(prof)
 	return serveStream(ctx, cfg, e, func(ctx context.Context, in io.Reader, out io.Writer) error {
@@ -118,9 +123,10 @@ func streamLimits(p profiles.Profile) mcpserver.StreamLimits {
 }
 
 // serveHTTP serves h, and api in front of it (the status page's data and
-// PhysMCP's extension methods, authenticated as h is), until ctx ends. A
-// mesh node joins the mesh once it listens (its metadata names the endpoint).
-func serveHTTP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *engine.Engine, router *meshroute.Router, h *mcpserver.HTTPHandler, api http.Handler, acc mcpserver.Access, logger *slog.Logger) int {
+// PhysMCP's extension methods, authenticated as h is), and the metrics of
+// src, until ctx ends. A mesh node joins the mesh once it listens (its
+// metadata names the endpoint).
+func serveHTTP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *engine.Engine, router *meshroute.Router, h *mcpserver.HTTPHandler, api http.Handler, src metrics.Sources, acc mcpserver.Access, logger *slog.Logger) int {
 	ln, err := net.Listen("tcp", cfg.httpAddr)
 	if err != nil {
 		logger.Error("cannot listen", "addr", cfg.httpAddr, "err", err)
@@ -141,7 +147,17 @@ func serveHTTP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *e
 		router.SetMembers(ms)
 	}
 	api = mcpserver.WithMethods(api, meshMethods(e.Manifest(), prof.Name, ms))
-	srv := mcpserver.NewHTTPServer(mcpserver.Health(e.Health, logger, mcpserver.StatusPage(mcpserver.Protect(api, acc))))
+	// /healthz and the status page's static files need no token; /metrics
+	// takes the token of /mcp (any role) unless --metrics-public puts it in
+	// front of the access rules.
+	var handler http.Handler
+	if cfg.access.metricsPublic {
+		logger.Warn(metrics.Path + " is served without authentication (--metrics-public): whoever reaches the port sees the tool names and their counts")
+		handler = metrics.Handler(src, logger, mcpserver.StatusPage(mcpserver.Protect(api, acc)))
+	} else {
+		handler = mcpserver.StatusPage(mcpserver.Protect(metrics.Handler(src, logger, api), acc))
+	}
+	srv := mcpserver.NewHTTPServer(mcpserver.Health(e.Health, logger, handler))
 	done := make(chan error, 1)
 	if cfg.access.tls() {
 		srv.TLSConfig = mcpserver.TLSConfig(acc)

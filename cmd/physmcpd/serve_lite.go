@@ -39,7 +39,7 @@ var fullOnlyFlags = []struct {
 }{
 	{"http", false}, {"allow-remote", true}, {"tls-cert", false}, {"tls-key", false}, {"override-key", false},
 	{"allow-origin", false}, {"max-body", false}, {"body-timeout", false}, {"max-sessions", false},
-	{"session-idle-timeout", false}, {"state-dir", false}, {"audit-key", false},
+	{"session-idle-timeout", false}, {"state-dir", false}, {"audit-key", false}, {"metrics-public", true},
 }
 
 // refusedFlag fails when it is given, naming the build that has it.
