@@ -284,30 +284,6 @@ func fmtBound(b *float64, none string) string {
 	return fmt.Sprint(*b)
 }
 
-// quorumCheck compares reachable nodes with what the tool requires.
-func (e *Engine) quorumCheck(pt *point, d *decision) {
-	need := 0
-	if pt.c.RequiresQuorum {
-		need = max(pt.c.QuorumSize, 1)
-	}
-	onFailure := "deny"
-	for _, r := range e.p.Rules(pt.tool) {
-		if r.Quorum != nil {
-			need = max(need, r.Quorum.MinPeers)
-			if r.Quorum.OnFailure != "" {
-				onFailure = r.Quorum.OnFailure
-			}
-		}
-	}
-	if have := e.quorum(); have < need {
-		if onFailure == "allow_local" {
-			d.warnings = append(d.warnings, fmt.Sprintf("quorum of %d not met (%d reachable); acting locally as the policy allows", need, have))
-			return
-		}
-		*d = deny(promcp.PartitionNoQuorum, "quorum of %d nodes required, %d reachable", need, have)
-	}
-}
-
 func (e *Engine) needsApproval(pt *point) bool {
 	for _, r := range e.p.Rules(pt.tool) {
 		if r.Approval != nil {

@@ -106,6 +106,12 @@ func (e *Engine) do(ctx context.Context, caller Caller, pt *point, req promcp.Do
 		e.log.Info("do refused", "tool", tool, "key", key, "permission", d.permission, "reason", d.reason, "caller", caller.Identity)
 		return e.refuse(pt, key, d.permission, d.reason)
 	}
+	q := e.confirmQuorum(ctx, pt, d.value)
+	if q.permission != promcp.Allowed {
+		e.log.Info("do refused: no quorum", "tool", tool, "key", key, "reason", q.reason, "caller", caller.Identity)
+		return e.refuse(pt, key, q.permission, q.reason)
+	}
+	d.warnings = append(d.warnings, q.warnings...)
 	// Writes to one register or line (and to the sources of its interlocks)
 	// take turns from here to the charge, and check the limits again in turn:
 	// another call may have written meanwhile.

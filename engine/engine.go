@@ -24,9 +24,8 @@ type Options struct {
 	// Idempotency stores do_* outcomes by key; defaults to an in-memory store
 	// that keeps keys for 24 h.
 	Idempotency IdempotencyStore
-	// Quorum reports how many nodes (this one included) can be reached now;
-	// nil means a lone node (1).
-	Quorum func() int
+	// Quorum is the mesh quorum rules count on; nil means a lone node (1).
+	Quorum Quorum
 	// Limits persists the write history behind cooldowns and rate limits;
 	// nil keeps it in memory (a restart resets it).
 	Limits LimitStore
@@ -53,7 +52,7 @@ type Engine struct {
 	now    func() time.Time
 	log    *slog.Logger
 	idem   IdempotencyStore
-	quorum func() int
+	quorum Quorum
 	buses  map[string]drivers.Bus
 	synced func() bool // Options.ClockSynced
 
@@ -168,9 +167,6 @@ func New(m *manifest.Manifest, p *policy.Policy, buses map[string]drivers.Bus, o
 	}
 	if e.idem == nil {
 		e.idem = newMemoryStore(e.now, DefaultMemoryRecords, DefaultMemoryKeys, usedBlock, e.log)
-	}
-	if e.quorum == nil {
-		e.quorum = func() int { return 1 }
 	}
 	if e.synced == nil {
 		e.synced = func() bool { return true }

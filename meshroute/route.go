@@ -56,6 +56,7 @@ type Members interface {
 	Peers() []mesh.Peer
 	SizeEstimate() int
 	PartitionState() string
+	Partition() mesh.Partition
 }
 
 // Asker calls can_do on a peer with args and the hop in _meta.

@@ -17,10 +17,11 @@ type members struct {
 	peers []mesh.Peer
 }
 
-func (m members) Self() mesh.Peer        { return m.self }
-func (m members) Peers() []mesh.Peer     { return m.peers }
-func (m members) SizeEstimate() int      { return 1 + len(m.peers) }
-func (m members) PartitionState() string { return mesh.PartitionNone }
+func (m members) Self() mesh.Peer           { return m.self }
+func (m members) Peers() []mesh.Peer        { return m.peers }
+func (m members) SizeEstimate() int         { return 1 + len(m.peers) }
+func (m members) PartitionState() string    { return mesh.PartitionNone }
+func (m members) Partition() mesh.Partition { return mesh.Partition{State: mesh.PartitionNone} }
 func peer(id, zone string, st mesh.State, tags ...string) mesh.Peer {
 	return mesh.Peer{NodeID: id, DeviceID: id, Zone: zone, State: st, Endpoint: "http://" + id + "/mcp",
 		Tags: mesh.Digest(append(tags, mesh.LocationPrefix+zone))}

@@ -261,6 +261,11 @@ func (v *validator) rules(path string, tp *ToolPolicy, c *manifest.Capability) {
 			default:
 				v.errorf(q.At.Of("on_failure"), rp+".on_failure", "must be deny or allow_local, got %q", q.OnFailure)
 			}
+			switch q.Peers {
+			case "", QuorumZone, QuorumMesh:
+			default:
+				v.errorf(q.At.Of("peers"), rp+".peers", "must be zone or mesh, got %q", q.Peers)
+			}
 		case r.RangeGuard != nil:
 			v.rangeGuard(rp, r.RangeGuard, c)
 		case r.Approval != nil:

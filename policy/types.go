@@ -97,9 +97,19 @@ type RateRule struct {
 type QuorumRule struct {
 	MinPeers  int    `yaml:"min_peers,required"`
 	OnFailure string `yaml:"on_failure"` // deny (default) | allow_local
+	// Peers says which peers count: QuorumZone (default) or QuorumMesh.
+	Peers string `yaml:"peers"`
 
 	At Positions `yaml:"-"`
 }
+
+// Which peers a quorum counts.
+const (
+	// QuorumZone counts the alive peers in this device's zone.
+	QuorumZone = "zone"
+	// QuorumMesh counts every alive peer of the mesh.
+	QuorumMesh = "mesh"
+)
 
 // Violation says what a range guard does with a value outside it.
 type Violation string

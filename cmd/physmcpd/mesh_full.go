@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/mcpserver"
 	"github.com/physmcp/physmcpd/mesh"
@@ -48,10 +49,17 @@ func startMesh(m *manifest.Manifest, profile string, ln net.Addr, scheme string,
 	})
 }
 
-// meshRouter is the can_do router of a mesh node (nil, nil when the mesh
-// is off): it asks peers as this device, with credentials signed by the
-// mesh keyring.
-func meshRouter(m *manifest.Manifest) (*meshroute.Router, error) {
+// meshNode is this node's part in the mesh beyond membership: the can_do
+// router and the quorum the engine counts on.
+type meshNode struct {
+	route *meshroute.Router
+}
+
+// meshFor prepares a mesh node when the manifest enables the mesh (nil,
+// nil when not) and gives the engine its quorum: it asks peers as this
+// device, with credentials signed by the mesh keyring. The membership
+// joins later, once the HTTP listener is up.
+func meshFor(m *manifest.Manifest, opts *engine.Options) (*meshNode, error) {
 	ms := meshOf(m)
 	if ms == nil {
 		return nil, nil
@@ -60,7 +68,17 @@ func meshRouter(m *manifest.Manifest) (*meshroute.Router, error) {
 	if err != nil {
 		return nil, fmt.Errorf("network.mesh.key_file: %v", err)
 	}
-	return meshroute.New(meshroute.NewHTTPAsker(m.Device.ID, keys), meshroute.Config{}), nil
+	r := meshroute.New(meshroute.NewHTTPAsker(m.Device.ID, keys), meshroute.Config{})
+	opts.Quorum = r.Quorum(m.Device.ID, keys)
+	return &meshNode{route: r}, nil
+}
+
+// router is the can_do router, nil without a mesh.
+func (n *meshNode) router() *meshroute.Router {
+	if n == nil {
+		return nil
+	}
+	return n.route
 }
 
 // endpointURL is where peers call this node's MCP endpoint.
@@ -82,10 +100,20 @@ func endpointURL(scheme string, ln net.Addr, advertise string) (string, error) {
 
 // meshMethods are PhysMCP's extension methods on the MCP endpoint. With the
 // mesh off (ms nil) physmcp/manifest still answers and the others say so.
-func meshMethods(m *manifest.Manifest, profile string, ms *mesh.Mesh) map[string]mcpserver.Method {
+func meshMethods(m *manifest.Manifest, profile string, ms *mesh.Mesh, router *meshroute.Router) map[string]mcpserver.Method {
 	doc := mesh.Describe(m, profile)
 	off := map[string]any{"enabled": false, "partition_state": mesh.PartitionNone}
 	return map[string]mcpserver.Method{
+		meshroute.VoteMethod: func(ctx context.Context, params json.RawMessage) (any, error) {
+			if router == nil {
+				return nil, errors.New("this node is not in a mesh")
+			}
+			var req meshroute.VoteRequest
+			if err := json.Unmarshal(params, &req); err != nil {
+				return nil, fmt.Errorf("params: %v", err)
+			}
+			return router.Answer(ctx, req)
+		},
 		"physmcp/manifest": func(context.Context, json.RawMessage) (any, error) { return doc, nil },
 		"physmcp/mesh_status": func(context.Context, json.RawMessage) (any, error) {
 			if ms == nil {

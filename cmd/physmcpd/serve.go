@@ -136,6 +136,11 @@ func serve(ctx context.Context, cfg serveConfig, stdin io.Reader, stdout, stderr
 	}
 	defer dur.close(logger)
 	opts.ClockSynced = clockProbe(ctx, cfg, logger)
+	node, err := meshFor(m, &opts)
+	if err != nil {
+		logger.Error("cannot join the mesh", "err", err)
+		return 1
+	}
 	e, err := startEngine(ctx, m, p, busOptions{simulate: cfg.simulate, strict: cfg.strictStart, adopt: true}, logger, opts)
 	if err != nil {
 		logger.Error("cannot start", "err", err)
@@ -161,7 +166,7 @@ func serve(ctx context.Context, cfg serveConfig, stdin io.Reader, stdout, stderr
 		local = engine.Caller{Identity: "serial", Role: p.SerialRole()}
 	}
 	logger.Info("serving", "device", m.Device.ID, "profile", prof.Name, "tools", len(e.Tools()), "simulate", cfg.simulate, "caller_role", local.Role)
-	return serveMCP(ctx, cfg, prof, e, dur, local, stdin, stdout, logger)
+	return serveMCP(ctx, cfg, prof, e, dur, node, local, stdin, stdout, logger)
 }
 
 // loadDevice reads the manifest and, when given, the policy, printing every

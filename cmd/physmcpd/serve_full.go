@@ -78,12 +78,8 @@ func isLoopback(host string) bool {
 
 // serveMCP serves e through mcp-go: over HTTP one endpoint per group, on
 // stdio or a serial line the one --group names.
-func serveMCP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *engine.Engine, dur *durable, local engine.Caller, stdin io.Reader, stdout io.Writer, logger *slog.Logger) int {
-	router, err := meshRouter(e.Manifest())
-	if err != nil {
-		logger.Error("cannot join the mesh", "err", err)
-		return 1
-	}
+func serveMCP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *engine.Engine, dur *durable, node *meshNode, local engine.Caller, stdin io.Reader, stdout io.Writer, logger *slog.Logger) int {
+	router := node.router()
 	// One issuer for every endpoint, so the status page lists every
 	// approval waiting for an answer.
 	approvals := auth.NewApprovals(nil)
@@ -146,7 +142,7 @@ func serveHTTP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *e
 		defer ms.Close()
 		router.SetMembers(ms)
 	}
-	api = mcpserver.WithMethods(api, meshMethods(e.Manifest(), prof.Name, ms))
+	api = mcpserver.WithMethods(api, meshMethods(e.Manifest(), prof.Name, ms, router))
 	// /healthz and the status page's static files need no token; /metrics
 	// takes the token of /mcp (any role) unless --metrics-public puts it in
 	// front of the access rules.

@@ -90,9 +90,15 @@ func (*durable) recoverAudit(*slog.Logger) {}
 // startTelemetry publishes nothing: serveFilesReadable refused telemetry.
 func startTelemetry(*engine.Engine, *slog.Logger) (func(), error) { return func() {}, nil }
 
+// meshNode is this node's part in a mesh: none in the Lite build, which
+// cannot join one (checkMesh refuses the manifest first).
+type meshNode struct{}
+
+func meshFor(*manifest.Manifest, *engine.Options) (*meshNode, error) { return nil, nil }
+
 // serveMCP serves e's read_* and can_do tools through litemcp under the
 // profile's bounds.
-func serveMCP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *engine.Engine, _ *durable, local engine.Caller, stdin io.Reader, stdout io.Writer, logger *slog.Logger) int {
+func serveMCP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *engine.Engine, _ *durable, _ *meshNode, local engine.Caller, stdin io.Reader, stdout io.Writer, logger *slog.Logger) int {
 	s, err := litemcp.New(e, litemcp.Options{
 		Version: buildVersion, Caller: local, Group: cfg.group, Logger: logger,
 		Workers: prof.Workers, Queue: prof.Queue, MaxMessageBytes: prof.MaxMessageBytes,
