@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -158,6 +159,10 @@ func TestCancelDrivesTheSafeValue(t *testing.T) {
 	if err != nil || direct.Status != promcp.StatusFailed || direct.Permission != promcp.PolicyDenied {
 		t.Fatalf("do_ while a ramp drives the point: %+v %v", direct, err)
 	}
+	// one operation per point
+	if second := start(t, e, "start_oven_ramp", promcp.StartRequest{Value: 30.0}); second.Status != promcp.OpFailed || second.Permission != promcp.PolicyDenied {
+		t.Fatalf("a second ramp of the same point: %+v", second)
+	}
 	c, err := e.Cancel(context.Background(), operator, "do_cancel_oven_ramp", promcp.CancelRequest{OperationID: id, IdempotencyKey: "c1"})
 	if err != nil || c.Status != promcp.StatusSuccess || c.State != promcp.OpCancelled || c.AppliedValue != 20.0 {
 		t.Fatalf("cancel: %+v %v", c, err)
@@ -256,5 +261,14 @@ func TestCanDoKnowsOperations(t *testing.T) {
 	}
 	if n := len(wire.log()); n != 0 {
 		t.Fatalf("can_do wrote %d times", n)
+	}
+}
+
+func TestOperationTimesOut(t *testing.T) {
+	e, _ := opsRig(t, "")
+	resp := start(t, e, "start_valve_fill", promcp.StartRequest{Value: 60})
+	st := status(t, e, "read_status_valve_fill", *resp.OperationID, 5000)
+	if st.State != promcp.OpFailed || !strings.Contains(st.Reason, "timed out") || st.Observed != "read_tank_level" || st.LastWritten != int64(60) {
+		t.Fatalf("status: %+v", st)
 	}
 }
