@@ -83,7 +83,7 @@ function render(s) {
     ? 'No audit trail is kept (audit.enabled is off, or the daemon runs without a state directory).'
     : (s.audit.error || 'The latest lines, newest first.');
   fill('audit', s.audit.lines.slice().reverse().map((l) => {
-    const refused = l.outcome && l.outcome !== 'applied' && l.outcome !== 'replayed';
+    const refused = ['refused', 'rejected', 'failed', 'in_doubt'].includes(l.outcome);
     const what = l.tool ? l.tool + (l.arguments && 'value' in l.arguments ? ' = ' + JSON.stringify(l.arguments.value) : '')
       : (l.event || l.override_event || '');
     return row(l.tool || '', [
