@@ -23,6 +23,13 @@ import (
 
 func exampleEngine(t *testing.T) *engine.Engine {
 	t.Helper()
+	e, _ := exampleRig(t)
+	return e
+}
+
+// exampleRig is the example device on simulated buses, and the buses.
+func exampleRig(t *testing.T) (*engine.Engine, map[string]drivers.Bus) {
+	t.Helper()
 	m, diags := manifest.Load("../examples/physmcp.manifest.yml")
 	if m == nil {
 		t.Fatalf("manifest: %s", diags)
@@ -36,7 +43,7 @@ func exampleEngine(t *testing.T) *engine.Engine {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Close() })
-	return e
+	return e, buses
 }
 
 type nopSender struct{}
@@ -125,5 +132,52 @@ func TestHandlerServesOnlyItsPath(t *testing.T) {
 	resp.Body.Close()
 	if string(body) != "next /mcp" {
 		t.Errorf("GET /mcp: %q", body)
+	}
+}
+
+// A device that stops answering shows in the bus errors, and its breaker as
+// open (2) once it has failed engine.BreakerThreshold times in a row.
+func TestBreakerAndBusErrors(t *testing.T) {
+	e, buses := exampleRig(t)
+	buses["rs485"].(interface{ SetOffline(bool) }).SetOffline(true)
+	operator := engine.Caller{Identity: "t", Role: manifest.RoleOperator}
+	for range engine.BreakerThreshold + 1 {
+		if r, err := e.Read(context.Background(), operator, "read_heater_flow_temperature"); err != nil || r.Quality != promcp.QualityError {
+			t.Fatalf("read with rs485 offline: %+v, %v", r, err)
+		}
+	}
+	fams, err := metrics.Registry(metrics.Sources{Engine: e}).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{
+		`physmcpd_breaker_state{bus="rs485",device="rs485 unit 1"}`:                        2,
+		`physmcpd_breaker_consecutive_failures{bus="rs485",device="rs485 unit 1"}`:         engine.BreakerThreshold,
+		`physmcpd_bus_errors_total{bus="rs485",kind="unreachable"}`:                        engine.BreakerThreshold,
+		`physmcpd_bus_errors_total{bus="rs485",kind="circuit_open"}`:                       1,
+		`physmcpd_bus_transactions_total{bus="rs485",op="read"}`:                           engine.BreakerThreshold,
+		`physmcpd_read_quality_total{quality="error",tool="read_heater_flow_temperature"}`: engine.BreakerThreshold + 1,
+		`physmcpd_breaker_state{bus="i2c1",device="i2c1 address 0x48"}`:                    0,
+	}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+`="`+l.GetValue()+`"`)
+			}
+			key := f.GetName() + "{" + strings.Join(labels, ",") + "}"
+			w, ok := want[key]
+			if !ok {
+				continue
+			}
+			delete(want, key)
+			got := m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			if got != w {
+				t.Errorf("%s = %v, want %v", key, got, w)
+			}
+		}
+	}
+	for key := range want {
+		t.Errorf("%s missing", key)
 	}
 }
