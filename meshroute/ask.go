@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/physmcp/physmcpd/auth"
+	"github.com/physmcp/physmcpd/internal/mcpdial"
 	"github.com/physmcp/physmcpd/mesh"
 	"github.com/physmcp/physmcpd/promcp"
 )
@@ -117,26 +117,15 @@ func (a *HTTPAsker) client(ctx context.Context, p mesh.Peer) (*client.Client, er
 		return c, nil
 	}
 	audience := p.DeviceID
-	c, err := client.NewStreamableHttpClient(p.Endpoint, transport.WithHTTPHeaderFunc(func(context.Context) map[string]string {
+	c, err := mcpdial.HTTP(ctx, p.Endpoint, "physmcpd-mesh", func(context.Context) map[string]string {
 		tok, _, err := auth.MeshCredential(a.keys, a.node, audience, a.now())
 		if err != nil {
 			return nil
 		}
 		return map[string]string{"Authorization": "Bearer " + tok}
-	}))
+	})
 	if err != nil {
 		return nil, err
-	}
-	if err := c.Start(ctx); err != nil {
-		c.Close()
-		return nil, err
-	}
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
-	init.Params.ClientInfo = mcp.Implementation{Name: "physmcpd-mesh", Version: "1"}
-	if _, err := c.Initialize(ctx, init); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("initialize: %w", err)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -84,32 +84,16 @@ func key(device, capability string) string { return device + "\x00" + capability
 func merge(out *promcp.CapabilityReport, p mesh.Peer, rep promcp.CapabilityReport, seen map[string]bool) bool {
 	found := false
 	for _, c := range rep.Candidates {
-		if c.DeviceID == "" {
-			c.DeviceID = orElse(c.Source, p.DeviceID)
+		if first(&c.DeviceID, &c.Endpoint, c.Source, c.Capability, p, seen) {
+			out.Candidates = append(out.Candidates, c)
+			found = true
 		}
-		if c.Endpoint == "" {
-			c.Endpoint = p.Endpoint
-		}
-		if seen[key(c.DeviceID, c.Capability)] || seen[key(c.DeviceID, "")] {
-			continue
-		}
-		seen[key(c.DeviceID, c.Capability)] = true
-		out.Candidates = append(out.Candidates, c)
-		found = true
 	}
 	for _, b := range rep.Blocked {
-		if b.DeviceID == "" {
-			b.DeviceID = orElse(b.Source, p.DeviceID)
+		if first(&b.DeviceID, &b.Endpoint, b.Source, b.Capability, p, seen) {
+			out.Blocked = append(out.Blocked, b)
+			found = true
 		}
-		if b.Endpoint == "" {
-			b.Endpoint = p.Endpoint
-		}
-		if seen[key(b.DeviceID, b.Capability)] || seen[key(b.DeviceID, "")] {
-			continue
-		}
-		seen[key(b.DeviceID, b.Capability)] = true
-		out.Blocked = append(out.Blocked, b)
-		found = true
 	}
 	for _, rr := range rep.Context.RelatedReads {
 		if !strings.Contains(rr, ".") {
@@ -133,6 +117,23 @@ func merge(out *promcp.CapabilityReport, p mesh.Peer, rep promcp.CapabilityRepor
 		out.Context.CurrentObservations = obs
 	}
 	return found
+}
+
+// first names the device and endpoint of an entry that came from peer p
+// (when the entry does not already) and reports whether it is the first
+// entry for that device and capability.
+func first(device, endpoint *string, source, capability string, p mesh.Peer, seen map[string]bool) bool {
+	if *device == "" {
+		*device = orElse(source, p.DeviceID)
+	}
+	if *endpoint == "" {
+		*endpoint = p.Endpoint
+	}
+	if seen[key(*device, capability)] || seen[key(*device, "")] {
+		return false
+	}
+	seen[key(*device, capability)] = true
+	return true
 }
 
 func orElse(s, fallback string) string {

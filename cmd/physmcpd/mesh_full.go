@@ -19,46 +19,18 @@ import (
 	"github.com/physmcp/physmcpd/meshroute"
 )
 
-// startMesh joins the mesh when the manifest enables it (nil, nil when not).
-// It runs once the HTTP listener is up, because a node's metadata carries
-// its MCP endpoint: the listener's address, or network.mesh.advertise_address
-// when it listens on every interface.
-func startMesh(m *manifest.Manifest, profile string, ln net.Addr, scheme string, logger *slog.Logger) (*mesh.Mesh, error) {
-	ms := meshOf(m)
-	if ms == nil {
-		return nil, nil
-	}
-	keys, err := ms.LoadKeys(m.File)
-	if err != nil {
-		return nil, fmt.Errorf("network.mesh.key_file: %v", err)
-	}
-	endpoint, err := endpointURL(scheme, ln, ms.AdvertiseAddress)
-	if err != nil {
-		return nil, err
-	}
-	zone := ""
-	if loc := m.Device.Location; loc != nil {
-		zone = loc.Zone
-	}
-	return mesh.Start(mesh.Config{
-		DeviceID: m.Device.ID, Zone: zone, Profile: profile, Endpoint: endpoint,
-		CapsHash: mesh.Describe(m, profile).CapsHash, Tags: mesh.Digest(mesh.MatchWords(m)),
-		BindAddr: ms.Bind(), BindPort: ms.Port(), AdvertiseAddr: ms.AdvertiseAddress,
-		SeedPeers: ms.SeedPeers, MaxPeers: ms.Peers(), HeartbeatInterval: ms.HeartbeatInterval(),
-		MDNS: ms.MDNSEnabled(), Keys: keys, Logger: logger,
-	})
-}
-
-// meshNode is this node's part in the mesh beyond membership: the can_do
-// router and the quorum the engine counts on.
+// meshNode is this node's part in the mesh: its keyring, the can_do
+// router and the quorum the engine counts on, and the membership once
+// joined.
 type meshNode struct {
+	keys  [][]byte
 	route *meshroute.Router
 }
 
 // meshFor prepares a mesh node when the manifest enables the mesh (nil,
 // nil when not) and gives the engine its quorum: it asks peers as this
 // device, with credentials signed by the mesh keyring. The membership
-// joins later, once the HTTP listener is up.
+// joins later (join), once the HTTP listener is up.
 func meshFor(m *manifest.Manifest, opts *engine.Options) (*meshNode, error) {
 	ms := meshOf(m)
 	if ms == nil {
@@ -70,7 +42,38 @@ func meshFor(m *manifest.Manifest, opts *engine.Options) (*meshNode, error) {
 	}
 	r := meshroute.New(meshroute.NewHTTPAsker(m.Device.ID, keys), meshroute.Config{})
 	opts.Quorum = r.Quorum(m.Device.ID, keys)
-	return &meshNode{route: r}, nil
+	return &meshNode{keys: keys, route: r}, nil
+}
+
+// join joins the mesh (nil, nil without one) and gives the router the
+// membership. It runs once the HTTP listener is up, because a node's
+// metadata carries its MCP endpoint: the listener's address, or
+// network.mesh.advertise_address when it listens on every interface.
+func (n *meshNode) join(m *manifest.Manifest, profile string, ln net.Addr, scheme string, logger *slog.Logger) (*mesh.Mesh, error) {
+	if n == nil {
+		return nil, nil
+	}
+	ms := meshOf(m)
+	endpoint, err := endpointURL(scheme, ln, ms.AdvertiseAddress)
+	if err != nil {
+		return nil, err
+	}
+	zone := ""
+	if loc := m.Device.Location; loc != nil {
+		zone = loc.Zone
+	}
+	mm, err := mesh.Start(mesh.Config{
+		DeviceID: m.Device.ID, Zone: zone, Profile: profile, Endpoint: endpoint,
+		CapsHash: mesh.Describe(m, profile).CapsHash, Tags: mesh.Digest(mesh.MatchWords(m)),
+		BindAddr: ms.Bind(), BindPort: ms.Port(), AdvertiseAddr: ms.AdvertiseAddress,
+		SeedPeers: ms.SeedPeers, MaxPeers: ms.Peers(), HeartbeatInterval: ms.HeartbeatInterval(),
+		MDNS: ms.MDNSEnabled(), Keys: n.keys, Logger: logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.route.SetMembers(mm)
+	return mm, nil
 }
 
 // router is the can_do router, nil without a mesh.

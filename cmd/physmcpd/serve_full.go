@@ -18,7 +18,6 @@ import (
 	"github.com/physmcp/physmcpd/auth"
 	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/mcpserver"
-	"github.com/physmcp/physmcpd/meshroute"
 	"github.com/physmcp/physmcpd/metrics"
 	"github.com/physmcp/physmcpd/profiles"
 )
@@ -106,7 +105,7 @@ func serveMCP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *en
 		}
 		h := mcpserver.NewEndpointsHandler(eps, logger, cfg.access.sessionLimits())
 		src := metrics.Sources{Engine: e, Trail: dur.trail, Shipper: dur.shipper, Sessions: h.OpenSessions, Version: buildVersion, Revision: buildRevision}
-		return serveHTTP(ctx, cfg, prof, e, router, h, statusAPI(e, dur.trail, approvals, local, logger, h), src, acc, logger)
+		return serveHTTP(ctx, cfg, prof, e, node, h, statusAPI(e, dur.trail, approvals, local, logger, h), src, acc, logger)
 	}
 	s, lim := eps[0].Server, streamLimits(prof)
 	return serveStream(ctx, cfg, e, func(ctx context.Context, in io.Reader, out io.Writer) error {
@@ -122,7 +121,7 @@ func streamLimits(p profiles.Profile) mcpserver.StreamLimits {
 // PhysMCP's extension methods, authenticated as h is), and the metrics of
 // src, until ctx ends. A mesh node joins the mesh once it listens (its
 // metadata names the endpoint).
-func serveHTTP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *engine.Engine, router *meshroute.Router, h *mcpserver.HTTPHandler, api http.Handler, src metrics.Sources, acc mcpserver.Access, logger *slog.Logger) int {
+func serveHTTP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *engine.Engine, node *meshNode, h *mcpserver.HTTPHandler, api http.Handler, src metrics.Sources, acc mcpserver.Access, logger *slog.Logger) int {
 	ln, err := net.Listen("tcp", cfg.httpAddr)
 	if err != nil {
 		logger.Error("cannot listen", "addr", cfg.httpAddr, "err", err)
@@ -132,7 +131,7 @@ func serveHTTP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *e
 	if cfg.access.tls() {
 		scheme = "https"
 	}
-	ms, err := startMesh(e.Manifest(), prof.Name, ln.Addr(), scheme, logger)
+	ms, err := node.join(e.Manifest(), prof.Name, ln.Addr(), scheme, logger)
 	if err != nil {
 		ln.Close()
 		logger.Error("cannot join the mesh", "err", err)
@@ -140,9 +139,8 @@ func serveHTTP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *e
 	}
 	if ms != nil {
 		defer ms.Close()
-		router.SetMembers(ms)
 	}
-	api = mcpserver.WithMethods(api, meshMethods(e.Manifest(), prof.Name, ms, router))
+	api = mcpserver.WithMethods(api, meshMethods(e.Manifest(), prof.Name, ms, node.router()))
 	// /healthz and the status page's static files need no token; /metrics
 	// takes the token of /mcp (any role) unless --metrics-public puts it in
 	// front of the access rules.

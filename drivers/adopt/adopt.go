@@ -27,6 +27,7 @@ import (
 	"go.bug.st/serial"
 
 	"github.com/physmcp/physmcpd/drivers"
+	"github.com/physmcp/physmcpd/internal/mcpdial"
 	"github.com/physmcp/physmcpd/manifest"
 )
 
@@ -137,10 +138,7 @@ func (b *Bus) drop(c *client.Client, why error) {
 }
 
 func (b *Bus) connect(ctx context.Context) (*client.Client, error) {
-	var (
-		c   *client.Client
-		err error
-	)
+	var c *client.Client
 	switch b.src.Protocol() {
 	case manifest.SourceSerial:
 		mode := &serial.Mode{BaudRate: b.src.Baud, DataBits: 8, Parity: serial.NoParity, StopBits: serial.OneStopBit}
@@ -169,32 +167,25 @@ func (b *Bus) connect(ctx context.Context) (*client.Client, error) {
 		}
 		c = client.NewClient(tr)
 	default:
-		opts := []transport.StreamableHTTPCOption{}
+		var header transport.HTTPHeaderFunc
 		if b.src.TokenFile != "" {
 			tok, err := os.ReadFile(b.src.TokenFile)
 			if err != nil {
 				return nil, fmt.Errorf("token_file: %w", err)
 			}
-			opts = append(opts, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + strings.TrimSpace(string(tok))}))
+			auth := map[string]string{"Authorization": "Bearer " + strings.TrimSpace(string(tok))}
+			header = func(context.Context) map[string]string { return auth }
 		}
-		c, err = client.NewStreamableHttpClient(b.src.URL, opts...)
-		if err != nil {
-			return nil, err
-		}
-		if err := c.Start(ctx); err != nil {
-			c.Close()
-			return nil, err
-		}
+		return mcpdial.HTTP(ctx, b.src.URL, clientName, header)
 	}
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
-	init.Params.ClientInfo = mcp.Implementation{Name: "physmcpd-proxy", Version: "1"}
-	if _, err := c.Initialize(ctx, init); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("initialize: %w", err)
+	if err := mcpdial.Handshake(ctx, c, clientName); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
+
+// clientName is how physmcpd introduces itself to the sources it adopts.
+const clientName = "physmcpd-proxy"
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
