@@ -16,7 +16,7 @@
 # The Full build for 32-bit arm compiles the code that runs only while loading
 # the manifest and policy (YAML) or in other commands than serve (lint's client
 # and schema validator, the command line) without inlining: 0.2 MB less, which
-# keeps armv6/armv7 within their 12 MB budget, and nothing slower while serving.
+# keeps armv6/armv7 smaller (docs/deploy.md, Footprint), and nothing slower while serving.
 # (On arm64 and amd64 the same makes the binary larger.)
 set -euo pipefail
 cd "$(dirname "$0")"
