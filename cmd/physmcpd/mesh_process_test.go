@@ -72,7 +72,7 @@ var (
 )
 
 // startMeshProc serves manifest and waits for its endpoint and gossip address.
-func startMeshProc(t *testing.T, bin, dir, id, manifest string) *meshProc {
+func startMeshProc(t testing.TB, bin, dir, id, manifest string) *meshProc {
 	t.Helper()
 	mf := writeFile(t, dir, id+".manifest.yml", manifest)
 	p := &meshProc{id: id, log: &serveLogBuffer{}}
@@ -105,7 +105,7 @@ func startMeshProc(t *testing.T, bin, dir, id, manifest string) *meshProc {
 
 // meshDir writes a fresh keyring (so that no other mesh on this host, of
 // another test or another run, merges with this one) and the policy.
-func meshDir(t *testing.T) string {
+func meshDir(t testing.TB) string {
 	dir := t.TempDir()
 	key := make([]byte, 32)
 	rand.Read(key)
@@ -114,7 +114,7 @@ func meshDir(t *testing.T) string {
 	return dir
 }
 
-func peersOf(t *testing.T, endpoint string) listPeers {
+func peersOf(t testing.TB, endpoint string) listPeers {
 	t.Helper()
 	var lp listPeers
 	if err := (rpcClient{url: endpoint, token: meshToken, http: &http.Client{Timeout: 5 * time.Second}}).call("physmcp/list_peers", &lp); err != nil {
