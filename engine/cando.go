@@ -208,6 +208,7 @@ func (e *Engine) inScope(pt *point, scope []string) bool {
 // without acting. It never writes.
 func (e *Engine) CanDo(ctx context.Context, caller Caller, req promcp.CanDoRequest) (promcp.CapabilityReport, error) {
 	start := time.Now()
+	ctx = context.WithValue(ctx, assessBudgetKey{}, start.Add(AssessBudget))
 	now := e.now()
 	rep := promcp.CapabilityReport{
 		QueryID:    promcp.NewUUID(),
@@ -361,12 +362,31 @@ func (e *Engine) dryRun(ctx context.Context, pt *point, caller Caller, in promcp
 	return d
 }
 
+// AssessTimeout and AssessBudget bound how long can_do waits for the
+// devices that judge actions themselves (adopted sources): each one, and
+// all of them together.
+const (
+	AssessTimeout = 150 * time.Millisecond
+	AssessBudget  = 500 * time.Millisecond
+)
+
+type assessBudgetKey struct{}
+
 // assess asks a device that judges actions itself (an adopted source):
 // after this device's own checks, the source's checks apply too, so a
 // candidate is allowed only when both would let the call through.
 func (e *Engine) assess(ctx context.Context, pt *point, a drivers.Assessor, value any) decision {
+	// A device that hangs must not hold can_do up: each is asked for at
+	// most AssessTimeout, and all of one can_do together for AssessBudget
+	// (PhysMCP's per-hop and total deadlines), as the mesh asks its peers.
+	deadline := time.Now().Add(AssessTimeout)
+	if total, ok := ctx.Value(assessBudgetKey{}).(time.Time); ok && total.Before(deadline) {
+		deadline = total
+	}
+	actx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	defer cancel()
 	var perm, reason string
-	err := e.transact(context.WithoutCancel(ctx), pt, opRead, func(ctx context.Context) (err error) {
+	err := e.transact(actx, pt, opRead, func(ctx context.Context) (err error) {
 		perm, reason, err = a.Assess(ctx, value)
 		return err
 	})

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,7 +68,7 @@ func TestAggregatorOverThreeDevices(t *testing.T) {
 	full := buildBinary(t, "")
 	dir := t.TempDir()
 	urls := map[string]string{}
-	var irrigation interface{ Kill() error }
+	var irrigation, pump *os.Process
 	pumpState := filepath.Join(dir, "pump-state")
 	for _, d := range []string{"climate", "irrigation", "pump"} {
 		args := []string{"--manifest", filepath.Join(siteDir, d, "physmcp.manifest.yml"), "--policy", filepath.Join(siteDir, d, "physmcp.policy.yml")}
@@ -76,8 +77,11 @@ func TestAggregatorOverThreeDevices(t *testing.T) {
 		}
 		url, cmd := startHTTPSource(t, full, args...)
 		urls[d] = url
-		if d == "irrigation" {
+		switch d {
+		case "irrigation":
 			irrigation = cmd.Process
+		case "pump":
+			pump = cmd.Process
 		}
 	}
 	example, err := os.ReadFile(filepath.Join(siteDir, "aggregator", "physmcp.manifest.yml"))
@@ -142,6 +146,23 @@ func TestAggregatorOverThreeDevices(t *testing.T) {
 	}
 	if cand := findEntry(report["candidates"], "do_vent_fan"); cand != nil {
 		t.Errorf("the climate device's fan matched an irrigation intent: %v", cand)
+	}
+
+	// A device that hangs (stopped, its socket open) holds the site's
+	// can_do up for no longer than the assessment budget.
+	if err := pump.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer pump.Signal(syscall.SIGCONT)
+	start := time.Now()
+	report = toolJSON(t, site, "can_do", intent)
+	took := time.Since(start)
+	t.Logf("site can_do with the pump device hung: %v", took.Round(time.Millisecond))
+	if took > engine.AssessBudget+300*time.Millisecond {
+		t.Errorf("site can_do took %v with the pump hung; want at most the %v budget plus scheduling", took, engine.AssessBudget)
+	}
+	if b := findEntry(report["blocked"], "do_circulation_pump_speed"); b == nil || b["permission"] != "source_unreachable" {
+		t.Errorf("site can_do with the pump hung: %v; want do_circulation_pump_speed blocked source_unreachable", report)
 	}
 }
 
