@@ -1,0 +1,177 @@
+//go:build !lite
+
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/physmcp/physmcpd/mesh"
+	"github.com/physmcp/physmcpd/meshroute"
+	"github.com/physmcp/physmcpd/promcp"
+)
+
+// dialNode is an operator's MCP client of one node.
+func dialNode(t testing.TB, endpoint string) *client.Client {
+	t.Helper()
+	tr, err := transport.NewStreamableHTTP(endpoint, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + meshToken}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dialMCP(t, tr)
+}
+
+// canDo calls can_do with req's arguments and _meta and decodes the report.
+func canDo(t testing.TB, c *client.Client, req mcp.CallToolRequest) (promcp.CapabilityReport, *mcp.CallToolResult) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req.Params.Name = "can_do"
+	res, err := c.CallTool(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep promcp.CapabilityReport
+	if !res.IsError {
+		if err := json.Unmarshal([]byte(res.Content[0].(mcp.TextContent).Text), &rep); err != nil {
+			t.Fatalf("can_do: %v: %v", err, res.Content)
+		}
+	}
+	return rep, res
+}
+
+func blockedOf(rep promcp.CapabilityReport, device string) *promcp.Blocked {
+	for i := range rep.Blocked {
+		if rep.Blocked[i].DeviceID == device {
+			return &rep.Blocked[i]
+		}
+	}
+	return nil
+}
+
+// Five real processes with identity.mesh: node_1 routes a can_do to the
+// only node that serves it (node_4), the orchestrator calls the tool at the
+// endpoint the candidate names, a hung node_4 (SIGSTOP) never holds can_do
+// past 500 ms, a killed one is reported offline, and a plain client may not
+// pose as a peer.
+func TestMeshRoutingProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds physmcpd and runs five processes")
+	}
+	const hb = time.Second
+	bin := buildBinary(t, "")
+	dir := meshDir(t)
+	writeFile(t, dir, "policy.yml", fmt.Sprintf(meshRoutingPolicy, sha256.Sum256([]byte(meshToken))))
+	zones := []string{"north", "north", "south", "target", "south"}
+	a := startMeshProc(t, bin, dir, "node_1", meshNodeManifest("node_1", zones[0], nil, false, hb))
+	procs := []*meshProc{a}
+	for i := 2; i <= 5; i++ {
+		id := fmt.Sprintf("node_%d", i)
+		procs = append(procs, startMeshProc(t, bin, dir, id, meshNodeManifest(id, zones[i-1], []string{a.gossip}, false, hb)))
+	}
+	d := procs[3]
+	for deadline := time.Now().Add(30 * time.Second); alivePeers(peersOf(t, a.endpoint)) < 4; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("node_1 does not list 4 alive peers within 30 s")
+		}
+	}
+
+	ca := dialNode(t, a.endpoint)
+	var ask mcp.CallToolRequest
+	ask.Params.Arguments = map[string]any{"intent": map[string]any{"semantic_tags": []any{"target"}, "action": "read"}}
+	rep, _ := canDo(t, ca, ask)
+	if len(rep.Candidates) != 1 || rep.Candidates[0].DeviceID != "node_4" || rep.Candidates[0].Endpoint != d.endpoint || rep.Candidates[0].Capability != "read_target_temperature" {
+		t.Fatalf("can_do on node_1: candidates %+v, want node_4's read_target_temperature at %s", rep.Candidates, d.endpoint)
+	}
+	if m := rep.Metadata.MeshMetadata; m == nil || m.CoordinatorNode != "node_1" || m.PeersConsulted < 1 || m.ResponsesReceived != m.PeersConsulted ||
+		m.ResponsesDroppedLate != 0 || m.MeshSizeEstimate != 5 || m.PartitionState != "none" {
+		t.Errorf("mesh metadata %+v", rep.Metadata.MeshMetadata)
+	}
+
+	// The orchestrator calls the tool where the candidate says.
+	cd := dialNode(t, d.endpoint)
+	if res, err := callTool(t, cd, "read_target_temperature", nil); err != nil || res.IsError || !strings.Contains(fmt.Sprint(res.Content), "20") {
+		t.Errorf("read_target_temperature at node_4's endpoint: %v %+v", err, res)
+	}
+
+	// A plain client (an operator token, no mesh credential) posing as a peer.
+	forged := ask
+	forged.Params.Meta = &mcp.Meta{AdditionalFields: map[string]any{meshroute.MetaKey: map[string]any{
+		"query_id": "forged-1", "coordinator": "node_1", "ttl": 2, "visited": []string{"node_1"}, "budget_ms": 400}}}
+	if _, res := canDo(t, cd, forged); !res.IsError {
+		t.Errorf("a forwarded can_do without a mesh credential was answered: %v", res.Content)
+	}
+
+	// node_4 hung: can_do still answers within the 500 ms budget (+150 ms for
+	// scheduling on a loaded host), reporting it late, until it is suspected.
+	if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var worst time.Duration
+	late := 0
+	for range 5 {
+		t0 := time.Now()
+		rep, _ := canDo(t, ca, ask)
+		took := time.Since(t0)
+		worst = max(worst, took)
+		if rep.Metadata.MeshMetadata != nil {
+			late += rep.Metadata.ResponsesDroppedLate
+		}
+		if b := blockedOf(rep, "node_4"); b == nil || b.Permission != "source_unreachable" || !strings.Contains(b.Reason, "device_offline") {
+			t.Errorf("hung node_4 not blocked source_unreachable/device_offline: %+v", rep.Blocked)
+		}
+	}
+	t.Logf("node_4 stopped: worst can_do on node_1 of 5 took %s; responses_dropped_late summed %d", worst.Round(time.Millisecond), late)
+	if worst > 650*time.Millisecond {
+		t.Errorf("a hung peer held can_do %s (budget 500 ms + 150 ms scheduling slack)", worst)
+	}
+	if late == 0 {
+		t.Errorf("no can_do counted the hung node_4 in responses_dropped_late")
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); peerState(peersOf(t, a.endpoint), "node_4") != mesh.Alive; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("node_4 is not alive again on node_1 within 30 s of SIGCONT")
+		}
+	}
+
+	// node_4 killed: reported offline once the mesh declares it dead.
+	killed := time.Now()
+	if err := d.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	tm := mesh.TimingFor(hb, 5)
+	var blocked, dead time.Duration
+	for ; dead == 0; time.Sleep(100 * time.Millisecond) {
+		rep, _ := canDo(t, ca, ask)
+		if b := blockedOf(rep, "node_4"); b != nil && b.Permission == "source_unreachable" && strings.Contains(b.Reason, "device_offline") {
+			if blocked == 0 {
+				blocked = time.Since(killed)
+			}
+			if strings.Contains(b.Reason, "dead in the mesh") {
+				dead = time.Since(killed)
+			}
+		}
+		if time.Since(killed) > tm.SuspectWithin+tm.DeadAfter+10*time.Second {
+			t.Fatalf("can_do on node_1 does not report the killed node_4 dead: %+v", rep.Blocked)
+		}
+	}
+	t.Logf("node_4 killed: can_do on node_1 reports it blocked (source_unreachable, device_offline) after %s, dead after %s (bound %s)",
+		blocked.Round(time.Millisecond), dead.Round(time.Millisecond), tm.SuspectWithin+tm.DeadAfter)
+	// A loaded CI host gets 3 s more than the configured bound.
+	if slack := 3 * time.Second; dead > tm.SuspectWithin+tm.DeadAfter+slack {
+		t.Errorf("node_4 reported dead after %s, bound %s + %s", dead, tm.SuspectWithin+tm.DeadAfter, slack)
+	}
+}
