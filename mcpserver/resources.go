@@ -70,6 +70,7 @@ func newResources(a *adapter, s *server.MCPServer, hooks *server.Hooks) *resourc
 			mcp.WithMIMEType(jsonMIME)), r.readReading)
 	}
 	hooks.AddOnRequestInitialization(r.gate)
+	hooks.AddBeforeSubscriptionsListen(r.listen)
 	hooks.AddAfterListResources(r.filterList)
 	hooks.AddOnRegisterSession(func(_ context.Context, session server.ClientSession) { r.subs.startSession(session.SessionID()) })
 	hooks.AddOnUnregisterSession(func(_ context.Context, session server.ClientSession) { r.subs.endSession(session.SessionID()) })
@@ -189,13 +190,12 @@ func (r *resources) readDevice(ctx context.Context, req mcp.ReadResourceRequest)
 	return jsonContents(req.Params.URI, sum)
 }
 
-// gate runs before mcp-go handles a request. It refuses resources/read and
-// resources/subscribe of a reading the caller may not read, and subscribes
-// or unsubscribes the session (mcp-go only acknowledges those requests);
-// for protocol 2026-07-28 clients, it watches the readings a
-// subscriptions/listen request names for as long as that request lasts
-// (mcp-go's listen path records them nowhere). URIs that are not this
-// endpoint's readings are left to mcp-go.
+// gate runs before mcp-go handles a request. It refuses resources/read,
+// resources/subscribe and (protocol 2026-07-28) subscriptions/listen of a
+// reading the caller may not read, and subscribes or unsubscribes the session
+// (mcp-go only acknowledges those requests; listen watches what a
+// subscriptions/listen names, which mcp-go records nowhere). URIs that are
+// not this device's are left to mcp-go.
 func (r *resources) gate(ctx context.Context, _ any, message any) error {
 	raw, ok := message.(json.RawMessage)
 	if !ok || !bytes.Contains(raw, []byte(`"resources/`)) && !bytes.Contains(raw, []byte(`"subscriptions/listen"`)) {
@@ -228,7 +228,8 @@ func (r *resources) gate(ctx context.Context, _ any, message any) error {
 			r.subs.remove(session.SessionID(), uri)
 		}
 	case mcp.MethodSubscriptionsListen:
-		return r.listen(ctx, msg.Params.Notifications.ResourceSubscriptions)
+		_, _, err := r.listened(ctx, msg.Params.Notifications.ResourceSubscriptions)
+		return err // listen watches them once mcp-go takes the request
 	}
 	return nil
 }
@@ -247,46 +248,51 @@ func (r *resources) watch(ctx context.Context, uri, tool string) (*engine.Watch,
 	return w, nil
 }
 
-// listen watches the readings among uris for the subscriptions/listen
-// request in ctx, until it ends.
-func (r *resources) listen(ctx context.Context, uris []string) error {
-	session := server.ClientSessionFromContext(ctx)
-	if session == nil {
-		return nil // mcp-go refuses a listen without a session
-	}
-	type sub struct{ uri, tool string }
-	var subs []sub
-	for _, uri := range uris {
+// listened are the readings among uris a subscriptions/listen request of
+// the caller in ctx may watch; an error refuses the request (gate).
+func (r *resources) listened(ctx context.Context, named []string) (uris, tools []string, err error) {
+	for _, uri := range named {
 		tool, err := r.readable(ctx, uri)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
-		if tool != "" && !slices.ContainsFunc(subs, func(s sub) bool { return s.uri == uri }) {
-			subs = append(subs, sub{uri, tool})
+		if tool != "" && !slices.Contains(uris, uri) {
+			uris, tools = append(uris, uri), append(tools, tool)
 		}
 	}
-	if len(subs) > MaxSubscriptionsPerSession {
-		return fmt.Errorf("subscriptions/listen names %d readings; one stream may watch at most %d", len(subs), MaxSubscriptionsPerSession)
+	if len(uris) > MaxSubscriptionsPerSession {
+		return nil, nil, fmt.Errorf("subscriptions/listen names %d readings; one stream may watch at most %d", len(uris), MaxSubscriptionsPerSession)
+	}
+	return uris, tools, nil
+}
+
+// listen watches the readings a subscriptions/listen request names for as
+// long as it lasts. It runs just before mcp-go's handler, after the gate and
+// mcp-go's protocol checks passed, with the request's own context, which
+// ends when the request does on every transport.
+func (r *resources) listen(ctx context.Context, _ any, req *mcp.SubscriptionsListenRequest) {
+	session := server.ClientSessionFromContext(ctx)
+	uris, tools, err := r.listened(ctx, req.Params.Notifications.ResourceSubscriptions)
+	if session == nil || err != nil {
+		return // mcp-go refuses a listen without a session; the gate refused the error
 	}
 	var watches []*engine.Watch
-	stop := func() {
+	for i, uri := range uris {
+		w, err := r.watch(ctx, uri, tools[i])
+		if err != nil {
+			// The engine's bound, reached since the gate: the stream goes
+			// without this reading, which the daemon's log says.
+			r.a.opts.Logger.Warn("subscriptions/listen: a reading is not watched", "err", err)
+			continue
+		}
+		watches = append(watches, w)
+		go r.subs.forward(session, uri, w)
+	}
+	context.AfterFunc(ctx, func() {
 		for _, w := range watches {
 			w.Stop()
 		}
-	}
-	for _, s := range subs {
-		w, err := r.watch(ctx, s.uri, s.tool)
-		if err != nil {
-			stop()
-			return err
-		}
-		watches = append(watches, w)
-	}
-	for i, w := range watches {
-		go r.subs.forward(session, subs[i].uri, w)
-	}
-	context.AfterFunc(ctx, stop)
-	return nil
+	})
 }
 
 // subscribe starts watching the reading at uri for the session in ctx.

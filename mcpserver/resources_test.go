@@ -225,7 +225,10 @@ func TestResourcesListAndRead(t *testing.T) {
 			_, readErr := c.ReadResource(ctx, mcp.ReadResourceRequest{Params: mcp.ReadResourceParams{URI: pressureURI}})
 			subErr := subscribe(c, pressureURI)
 			if tc.role == manifest.RoleViewer {
-				for _, err := range []error{readErr, subErr} {
+				lctx, cancel := context.WithTimeout(ctx, 5*time.Second) // a listen that is not refused lasts
+				listenErr := c.Listen(lctx, mcp.SubscriptionFilter{ResourceSubscriptions: []string{levelURI, pressureURI}})
+				cancel()
+				for _, err := range []error{readErr, subErr, listenErr} {
 					if err == nil || !strings.Contains(err.Error(), "read_pressure, which role viewer may not call") {
 						t.Errorf("viewer on the pressure: %v", err)
 					}
