@@ -81,11 +81,13 @@ type AuditEntry struct {
 	// (sent, outcome unknown), replayed (a stored answer for a repeated key),
 	// confirmed (an in-doubt write found on the device), superseded (an
 	// in-doubt key retried after a later write) or safe_state.
-	Outcome    string   `json:"outcome"`
-	Previous   any      `json:"previous_value"`
-	Applied    any      `json:"applied_value"`
-	Warnings   []string `json:"warnings,omitempty"`
-	DurationMs float64  `json:"duration_ms"`
+	Outcome  string   `json:"outcome"`
+	Previous any      `json:"previous_value"`
+	Applied  any      `json:"applied_value"`
+	Warnings []string `json:"warnings,omitempty"`
+	// Quality is a read_* answer's quality (audited with defaults.audit_all).
+	Quality    string  `json:"quality,omitempty"`
+	DurationMs float64 `json:"duration_ms"`
 }
 
 // Audit outcomes.

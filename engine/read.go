@@ -268,14 +268,19 @@ func (e *Engine) Read(ctx context.Context, caller Caller, tool string) (promcp.R
 	}
 	start := time.Now()
 	var resp promcp.ReadResponse
-	if d := e.access(pt, caller); d.permission != promcp.Allowed {
+	d := e.access(pt, caller)
+	if d.permission != promcp.Allowed {
 		pt.counts.refused(d.permission)
 		resp = e.refusedRead(pt, d)
 	} else {
 		resp = e.observe(ctx, pt)
 	}
 	pt.counts.read(resp.Quality)
-	e.callLatency[verbRead].observe(time.Since(start))
+	took := time.Since(start)
+	e.callLatency[verbRead].observe(took)
+	if e.auditReads() {
+		e.auditRead(caller, pt, resp, d.permission != promcp.Allowed, took)
+	}
 	return resp, nil
 }
 

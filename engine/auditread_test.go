@@ -1,0 +1,52 @@
+package engine_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/physmcp/physmcpd/engine"
+	"github.com/physmcp/physmcpd/policy"
+)
+
+// withAuditAll binds a new engine whose policy says defaults.audit_all: on.
+func withAuditAll(t *testing.T, r *rig, on bool, sink *auditSink) *engine.Engine {
+	t.Helper()
+	p := *r.e.Policy()
+	d := policy.Defaults{}
+	if p.Defaults != nil {
+		d = *p.Defaults
+	}
+	d.AuditAll = on
+	p.Defaults = &d
+	e, err := engine.New(r.e.Manifest(), &p, r.buses, engine.Options{Audit: sink.add, Now: r.clock.Now, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func TestAuditAllPutsReadsInTheTrail(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		r := newRig(t)
+		var sink auditSink
+		e := withAuditAll(t, r, on, &sink)
+		resp, err := e.Read(context.Background(), operator, "read_water_temperature")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !on {
+			if len(sink.entries) != 0 {
+				t.Fatalf("audit_all off: reads audited: %+v", sink.entries)
+			}
+			continue
+		}
+		if len(sink.entries) != 1 {
+			t.Fatalf("audit_all on: %d entries, want 1: %+v", len(sink.entries), sink.entries)
+		}
+		got := sink.entries[0]
+		if got.Outcome != engine.OutcomeRead || got.Tool != "read_water_temperature" || got.Caller != operator.Identity ||
+			got.Role != operator.Role || got.Quality != string(resp.Quality) || got.Applied != resp.Value {
+			t.Errorf("entry = %+v, read answered %+v", got, resp)
+		}
+	}
+}
