@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/physmcp/physmcpd/drivers"
@@ -227,6 +228,12 @@ func (e *Engine) CanDo(ctx context.Context, caller Caller, req promcp.CanDoReque
 		return e.sealReport(rep, start), nil
 	}
 
+	type matched struct {
+		pt *point
+		m  match
+		d  decision
+	}
+	var ms []matched
 	for _, t := range e.tools {
 		if t.Kind != ToolRead && t.Kind != ToolDo {
 			continue
@@ -235,11 +242,20 @@ func (e *Engine) CanDo(ctx context.Context, caller Caller, req promcp.CanDoReque
 		if !e.inScope(pt, req.Scope) {
 			continue
 		}
-		m, ok := e.match(pt, in)
-		if !ok {
-			continue
+		if m, ok := e.match(pt, in); ok {
+			ms = append(ms, matched{pt: pt, m: m})
 		}
-		d := e.dryRun(ctx, pt, caller, in.Intent)
+	}
+	// The dry runs go in parallel: an adopted device is asked its own
+	// judgement (assess), and one hung device must cost the others
+	// nothing, as the mesh asks its peers in parallel.
+	var wg sync.WaitGroup
+	for i := range ms {
+		wg.Go(func() { ms[i].d = e.dryRun(ctx, ms[i].pt, caller, in.Intent) })
+	}
+	wg.Wait()
+	for _, x := range ms {
+		pt, m, d := x.pt, x.m, x.d
 		if d.permission == promcp.Allowed || d.permission == promcp.RequiresHumanApproval {
 			rep.Candidates = append(rep.Candidates, e.candidate(ctx, pt, m, d, now))
 			continue
