@@ -275,6 +275,7 @@ var manifestEdits = []edit{
 	{name: "deadband on bool", base: greenhouse, old: "    semantic_tags: [door, contact, security]\n", new: "    semantic_tags: [door, contact, security]\n    deadband: 1\n", at: "1\n", msg: "a deadband only applies to float and int capabilities, not bool"},
 	{name: "negative deadband", base: greenhouse, old: "    cache_ttl_ms: 1000\n", new: "    cache_ttl_ms: 1000\n    deadband: -0.5\n", at: "-0.5", msg: "must be a number >= 0"},
 	{name: "update interval too short", base: greenhouse, old: "    cache_ttl_ms: 1000\n", new: "    cache_ttl_ms: 1000\n    min_update_interval_ms: 50\n", at: "50", msg: "must be at least 100, got 50"},
+	{name: "sample rate not implemented", base: greenhouse, old: "    cache_ttl_ms: 1000\n", new: "    cache_ttl_ms: 1000\n    sample_rate_hz: 2\n", at: "2\n", msg: "sample_rate_hz: is not implemented; bound how often the bus is read with cache_ttl_ms"},
 	{name: "do with deadband", base: greenhouse, old: "    cooldown_ms: 2000\n", new: "    cooldown_ms: 2000\n    deadband: 1\n", at: "1\n", msg: "only applies to read capabilities"},
 	{name: "cache ttl without cacheable", base: greenhouse, old: "    cache_ttl_ms: 1000\n", new: "    cache_ttl_ms: 1000\n    cacheable: false\n", at: "1000", msg: "not cacheable"},
 	{name: "enum without values", base: pumpSkid, old: "    enum_values: [\"off\", manual, auto, fault]\n", new: "", at: "enum\n", msg: "needs enum_values"},

@@ -476,8 +476,10 @@ func (v *validator) capability(path string, c *Capability) {
 		v.warnf(at.Self, path, "a numeric capability without a unit; proMCP requires one for physical quantities")
 	}
 	v.rangeAndValues(path, c, typeOK)
-	if c.SampleRateHz < 0 {
-		v.errorf(at.Of("sample_rate_hz"), path+".sample_rate_hz", "must not be negative, got %g", c.SampleRateHz)
+	// Parsed only to name it: nothing samples at a rate, and a key that
+	// does nothing must not look as if it did (issue 13).
+	if at.Has("sample_rate_hz") {
+		v.errorf(at.Of("sample_rate_hz"), path+".sample_rate_hz", "is not implemented; bound how often the bus is read with cache_ttl_ms (and cacheable) or, for subscriptions, min_update_interval_ms")
 	}
 	if c.RequiresPermission != "" && !ValidRole(c.RequiresPermission) {
 		v.errorf(at.Of("requires_permission"), path+".requires_permission", "unknown role %q; expected one of %s", c.RequiresPermission, RoleNames())
@@ -538,7 +540,7 @@ func (v *validator) capability(path string, c *Capability) {
 			}
 		}
 	case KindDo:
-		for _, key := range []string{"cacheable", "cache_ttl_ms", "sample_rate_hz", "deadband", "min_update_interval_ms", "streamable"} {
+		for _, key := range []string{"cacheable", "cache_ttl_ms", "deadband", "min_update_interval_ms", "streamable"} {
 			if at.Has(key) {
 				v.errorf(at.Of(key), path+"."+key, "only applies to read capabilities")
 			}
