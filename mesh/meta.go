@@ -129,6 +129,20 @@ type DocumentDevice struct {
 	Vendor   string            `json:"vendor,omitempty"`
 	Model    string            `json:"model,omitempty"`
 	Location *DocumentLocation `json:"location,omitempty"`
+	// Descriptive fields: the daemon shows them and acts on none of them.
+	FirmwareVersion  string             `json:"firmware_version,omitempty"`
+	HardwareRevision string             `json:"hardware_revision,omitempty"`
+	Certification    []string           `json:"certification,omitempty"`
+	Protocols        []DocumentProtocol `json:"protocols,omitempty"`
+}
+
+// DocumentProtocol is one way to reach the device as its manifest describes
+// it (network.protocols); the daemon listens where its flags say.
+type DocumentProtocol struct {
+	Type    string `json:"type"`
+	Address string `json:"address,omitempty"`
+	MCPPort int    `json:"mcp_port,omitempty"`
+	Role    string `json:"role,omitempty"`
 }
 
 // DocumentLocation is where the device is.
@@ -162,12 +176,18 @@ type CapabilityDoc struct {
 func Describe(m *manifest.Manifest, profile string) Document {
 	doc := Document{
 		PhysMCPVersion: m.PhysMCPVersion,
-		Device:         DocumentDevice{ID: m.Device.ID, Type: m.Device.Type, Vendor: m.Device.Vendor, Model: m.Device.Model},
-		Profile:        profile,
-		Capabilities:   []CapabilityDoc{},
+		Device: DocumentDevice{ID: m.Device.ID, Type: m.Device.Type, Vendor: m.Device.Vendor, Model: m.Device.Model,
+			FirmwareVersion: m.Device.FirmwareVersion, HardwareRevision: m.Device.HardwareRevision, Certification: m.Device.Certification},
+		Profile:      profile,
+		Capabilities: []CapabilityDoc{},
 	}
 	if loc := m.Device.Location; loc != nil {
 		doc.Device.Location = &DocumentLocation{Zone: loc.Zone, Area: loc.Area, Description: loc.Description}
+	}
+	if m.Network != nil {
+		for _, p := range m.Network.Protocols {
+			doc.Device.Protocols = append(doc.Device.Protocols, DocumentProtocol{Type: p.Type, Address: p.Address, MCPPort: p.MCPPort, Role: p.Role})
+		}
 	}
 	for _, c := range m.Capabilities {
 		cd := CapabilityDoc{Name: c.Name, Kind: c.Kind, Description: c.Description, DataType: string(c.DataType), Unit: c.Unit,
