@@ -6,6 +6,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/mcpserver/mcpcore"
 	"github.com/physmcp/physmcpd/promcp"
 )
@@ -15,19 +16,29 @@ import (
 // that has been recorded, or a sequence half done, must finish its answer.
 
 func (a *adapter) start(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	return act(a, ctx, req, mcpcore.StartRequest, func(r promcp.StartRequest) string { return r.IdempotencyKey },
+		a.e.Start, func(r promcp.StartResponse) bool { return r.Status == promcp.OpFailed })
+}
+
+// act answers an acting operation tool (start_*, do_cancel_*, a sequence):
+// its arguments parsed by parse and refused, with nothing acted on, when
+// malformed; otherwise run by the engine detached from the request.
+func act[Req, Resp any](a *adapter, ctx context.Context, req mcp.CallToolRequest,
+	parse func(map[string]any) (Req, string), key func(Req) string,
+	run func(context.Context, engine.Caller, string, Req) (Resp, error), failed func(Resp) bool) (*mcp.CallToolResult, error) {
 	args, problem := mcpcore.Arguments(req.Params.Arguments)
-	var sr promcp.StartRequest
+	var r Req
 	if problem == "" {
-		sr, problem = mcpcore.StartRequest(args)
+		r, problem = parse(args)
 	}
 	if problem != "" {
-		return result(a.refusal(req.Params.Name, sr.IdempotencyKey, problem), true)
+		return result(a.refusal(req.Params.Name, key(r), problem), true)
 	}
-	resp, err := a.e.Start(context.WithoutCancel(ctx), a.opts.Caller(ctx), req.Params.Name, sr)
+	resp, err := run(context.WithoutCancel(ctx), a.opts.Caller(ctx), req.Params.Name, r)
 	if err != nil {
 		return nil, err
 	}
-	return result(resp, resp.Status == promcp.OpFailed)
+	return result(resp, failed(resp))
 }
 
 // status answers read_status_*. While wait_ms holds the answer, a client
@@ -73,33 +84,11 @@ func (a *adapter) status(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 }
 
 func (a *adapter) cancel(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	args, problem := mcpcore.Arguments(req.Params.Arguments)
-	var cr promcp.CancelRequest
-	if problem == "" {
-		cr, problem = mcpcore.CancelRequest(args)
-	}
-	if problem != "" {
-		return result(a.refusal(req.Params.Name, cr.IdempotencyKey, problem), true)
-	}
-	resp, err := a.e.Cancel(context.WithoutCancel(ctx), a.opts.Caller(ctx), req.Params.Name, cr)
-	if err != nil {
-		return nil, err
-	}
-	return result(resp, resp.Status == promcp.StatusFailed)
+	return act(a, ctx, req, mcpcore.CancelRequest, func(r promcp.CancelRequest) string { return r.IdempotencyKey },
+		a.e.Cancel, func(r promcp.CancelResponse) bool { return r.Status == promcp.StatusFailed })
 }
 
 func (a *adapter) sequence(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	args, problem := mcpcore.Arguments(req.Params.Arguments)
-	var sr promcp.SequenceRequest
-	if problem == "" {
-		sr, problem = mcpcore.SequenceRequest(args)
-	}
-	if problem != "" {
-		return result(a.refusal(req.Params.Name, sr.IdempotencyKey, problem), true)
-	}
-	resp, err := a.e.Sequence(context.WithoutCancel(ctx), a.opts.Caller(ctx), req.Params.Name, sr)
-	if err != nil {
-		return nil, err
-	}
-	return result(resp, resp.Status == promcp.StatusFailed)
+	return act(a, ctx, req, mcpcore.SequenceRequest, func(r promcp.SequenceRequest) string { return r.IdempotencyKey },
+		a.e.Sequence, func(r promcp.SequenceResponse) bool { return r.Status == promcp.StatusFailed })
 }
