@@ -2,6 +2,7 @@ package drivers
 
 import (
 	"context"
+	"time"
 
 	"github.com/physmcp/physmcpd/manifest"
 )
@@ -29,6 +30,20 @@ func (d *Declined) Error() string {
 		return "the source answered without a value: " + d.Reason
 	}
 	return "the source refused (" + d.Permission + "): " + d.Reason
+}
+
+// Outage is a point that knows when its source stopped giving values: an
+// adopted source whose line closed (reported by the transport the moment it
+// happens), whose connection broke or did not answer, or that answered
+// quality error. The engine then no longer serves a cached value as fresh,
+// and serves the last good one as stale for at most the capability's cache
+// TTL from that moment (docs/engine.md, read_*). A local device cannot tell
+// a lost device from a slow one and has no such report.
+type Outage interface {
+	// OutFor is how long the source has given no value; out is false
+	// while it gives them. It is measured on the monotonic clock, so a
+	// wall clock set at boot does not stretch or cut it short.
+	OutFor() (d time.Duration, out bool)
 }
 
 type keyCtx struct{}

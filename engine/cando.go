@@ -362,9 +362,9 @@ func (e *Engine) dryRun(ctx context.Context, pt *point, caller Caller, in promcp
 	pt.mu.Lock()
 	unknown := pt.last == nil || pt.lastErr != nil
 	pt.mu.Unlock()
-	if unknown {
-		// Nothing is known yet, or the latest attempt failed: ask the device
-		// before promising anything.
+	if unknown || sourceOut(pt) {
+		// Nothing is known yet, the latest attempt failed or the source is
+		// known to be gone: ask the device before promising anything.
 		if _, err := e.sample(ctx, pt); err != nil {
 			if perm := failurePermission(err); perm == promcp.DeviceRejected {
 				return deny(perm, "the device refuses to read %s: %v", pt.tool, err)

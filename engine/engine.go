@@ -91,6 +91,7 @@ type point struct {
 	c        *manifest.Capability
 	tool     string
 	drv      drivers.Point
+	outage   drivers.Outage // the driver, when it knows its source's outages (read.go); else nil
 	busType  manifest.BusType
 	location string
 	site     *site
@@ -181,6 +182,7 @@ func New(m *manifest.Manifest, p *policy.Policy, buses map[string]drivers.Bus, o
 			return nil, fmt.Errorf("capability %s: %w", c.ToolName(), err)
 		}
 		pt := &point{c: c, tool: c.ToolName(), drv: drv, busType: c.Binding.Type, location: locationKey(c), nameWords: words(c.Name), adopted: m.AdoptedFrom(c)}
+		pt.outage, _ = drv.(drivers.Outage)
 		if pt.bus = e.busCounts[c.Binding.Bus]; pt.bus == nil {
 			pt.bus = &busCounters{name: c.Binding.Bus, typ: c.Binding.Type}
 			e.busCounts[c.Binding.Bus] = pt.bus

@@ -89,6 +89,37 @@ func staleLimit(c *manifest.Capability) time.Duration {
 	return max(time.Minute, 10*c.CacheTTL())
 }
 
+// servesStale says whether good, the last good value, may still be served
+// as stale now that a live read failed. A local device that stops answering
+// may be slow or briefly disturbed, so its value stays a useful observation
+// up to staleLimit. A source that knows its outage (an adopted one, whose
+// line or connection is gone or which answers without a value) is served
+// for one cache TTL after it went out and no longer: the capability declares
+// how long a value is fresh, and the only device that could refresh it is
+// known to be gone, so an agent must learn it within that TTL and turn to
+// another device. With no cache (cacheable: false) that is at once.
+func (e *Engine) servesStale(pt *point, good *reading) bool {
+	if e.now().Sub(good.at) > staleLimit(pt.c) {
+		return false
+	}
+	if pt.outage == nil {
+		return true
+	}
+	// Not out: this read failed short of the source (a full queue, the
+	// caller gone) and says nothing about it.
+	d, out := pt.outage.OutFor()
+	return !out || d < pt.c.CacheTTL()
+}
+
+// sourceOut says whether pt's source is known to give no value now.
+func sourceOut(pt *point) bool {
+	if pt.outage == nil {
+		return false
+	}
+	_, out := pt.outage.OutFor()
+	return out
+}
+
 // sample reads the point from the bus (collapsing concurrent callers) and
 // records the outcome.
 func (e *Engine) sample(ctx context.Context, pt *point) (*reading, error) {
@@ -185,8 +216,13 @@ func unitSuffix(c *manifest.Capability) string {
 // cached returns the latest reading when it is still within its TTL.
 func (e *Engine) cached(pt *point) *reading { return e.cachedWithin(pt, pt.c.CacheTTL()) }
 
-// cachedWithin returns the latest reading when it is younger than ttl.
+// cachedWithin returns the latest reading when it is younger than ttl and
+// its source is not known to be out: a value whose source is gone is no
+// longer fresh, whatever its age.
 func (e *Engine) cachedWithin(pt *point, ttl time.Duration) *reading {
+	if sourceOut(pt) {
+		return nil
+	}
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
 	if ttl <= 0 || pt.last == nil || e.now().Sub(pt.last.at) >= ttl {
@@ -234,7 +270,7 @@ func (e *Engine) respond(pt *point, r *reading, err error) promcp.ReadResponse {
 	pt.mu.Lock()
 	good := pt.lastGood
 	pt.mu.Unlock()
-	if good != nil && e.now().Sub(good.at) <= staleLimit(pt.c) {
+	if good != nil && e.servesStale(pt, good) {
 		resp.Value, resp.Timestamp, resp.Quality, resp.Source = good.value, good.stamp, promcp.QualityStale, good.source
 		resp.Detail = fmt.Sprintf("live read failed (%v); serving the last good value", err)
 		flagClock(&resp, good)

@@ -64,7 +64,7 @@ func BenchmarkProxyRead(b *testing.B) {
 
 	adopted := newPtyPair(b)
 	startProcess(b, lite, "serve", "--manifest", nodeManifest, "--simulate", "--serial", adopted.a, "--log-level", "warn")
-	e, proxy := proxyInProcess(b, writeFile(b, dir, "proxy.yml", fmt.Sprintf(benchProxy, adopted.b)), "", nil)
+	e, proxy := proxyInProcess(b, writeFile(b, dir, "proxy.yml", fmt.Sprintf(benchProxy, adopted.b)), "")
 
 	mcpRead := func(c *client.Client, tool string) func() {
 		return func() {

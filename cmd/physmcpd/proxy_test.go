@@ -165,27 +165,9 @@ func writeFile(t testing.TB, dir, name, text string) string {
 	return path
 }
 
-// testClock is a clock the test moves forward by hand, from the real time.
-type testClock struct {
-	mu sync.Mutex
-	at time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.at
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.at = c.at.Add(d)
-	c.mu.Unlock()
-}
-
-// proxyInProcess starts the proxy's engine from manifestPath (its own clock
-// when clock is set) and an mcp-go client on its MCP server.
-func proxyInProcess(t testing.TB, manifestPath, policyPath string, clock *testClock) (*engine.Engine, *client.Client) {
+// proxyInProcess starts the proxy's engine from manifestPath and an mcp-go
+// client on its MCP server.
+func proxyInProcess(t testing.TB, manifestPath, policyPath string) (*engine.Engine, *client.Client) {
 	t.Helper()
 	m, p, ok := loadDevice(manifestPath, policyPath, io.Discard)
 	if !ok {
@@ -193,12 +175,8 @@ func proxyInProcess(t testing.TB, manifestPath, policyPath string, clock *testCl
 		loadDevice(manifestPath, policyPath, &diags)
 		t.Fatalf("load %s: %s", manifestPath, diags.String())
 	}
-	var opts engine.Options
-	if clock != nil {
-		opts.Now = clock.Now
-	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e, err := startEngine(context.Background(), m, p, busOptions{adopt: true}, logger, opts)
+	e, err := startEngine(context.Background(), m, p, busOptions{adopt: true}, logger, engine.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,14 +209,15 @@ func toolJSON(t testing.TB, c *client.Client, tool string, args map[string]any) 
 
 // A Lite node (a real process) on one end of a socat pty pair is adopted by
 // a proxy on the other end: the proxy's reads are the node's, can_do names
-// where they come from, unplugging the pair gives stale then error, and
-// plugging it back recovers with neither daemon restarted.
+// where they come from, unplugging the pair gives stale at once and error
+// one cache TTL after the line closed (timed from the unplug, on the real
+// clock), and plugging it back recovers with neither daemon restarted.
 func TestProxyAdoptsLiteNodeOnSerialLine(t *testing.T) {
 	lite := buildBinary(t, "lite")
 	dir := t.TempDir()
 	nodeManifest := writeFile(t, dir, "node.yml", soilNode)
 	pair := newPtyPair(t)
-	startProcess(t, lite, "serve", "--manifest", nodeManifest, "--simulate", "--serial", pair.a)
+	nodeLog := startProcess(t, lite, "serve", "--manifest", nodeManifest, "--simulate", "--serial", pair.a)
 
 	// The node's own answer, from a second node process on stdio.
 	cmd := exec.Command(lite, "serve", "--manifest", nodeManifest, "--simulate", "--log-level", "warn")
@@ -250,19 +229,18 @@ func TestProxyAdoptsLiteNodeOnSerialLine(t *testing.T) {
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	direct := toolJSON(t, dialMCP(t, transport.NewIO(stdout, stdin, io.NopCloser(strings.NewReader("")))), "read_soil_temperature", nil)
 
-	clock := &testClock{at: time.Now()}
+	// The proxy starts once the node serves its line, so that its first
+	// reads do not open the breaker.
+	for end := time.Now().Add(15 * time.Second); !strings.Contains(nodeLog.String(), "serving on a serial line"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("the node does not serve its line:\n%s", nodeLog.String())
+		}
+	}
 	proxyManifest := writeFile(t, dir, "proxy.yml", fmt.Sprintf(soilProxy, pair.b))
-	e, c := proxyInProcess(t, proxyManifest, "", clock)
+	e, c := proxyInProcess(t, proxyManifest, "")
 
 	read := func() map[string]any { return toolJSON(t, c, "read_bed_soil_temperature", nil) }
-	var got map[string]any
-	for end := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		// the node opens its end of the line a moment after it starts
-		if got = read(); got["quality"] == "good" || time.Now().After(end) {
-			break
-		}
-		clock.Advance(time.Second)
-	}
+	got := read()
 	if got["quality"] != "good" || got["value"] != direct["value"] || got["unit"] != direct["unit"] || got["source"] != "soil_node_01" ||
 		got["device_id"] != "controller_01" {
 		t.Fatalf("through the proxy %v; the node says %v", got, direct)
@@ -280,25 +258,56 @@ func TestProxyAdoptsLiteNodeOnSerialLine(t *testing.T) {
 		t.Errorf("adopted_from %v, want the serial line %s", from, pair.b)
 	}
 
-	pair.unplug()
+	// Unplugged: the reading just taken is inside its TTL, yet the line
+	// closing makes it stale at once; error comes one TTL after the line
+	// closed, which is after the unplug began.
 	ttl := e.Manifest().Capabilities[0].CacheTTL()
-	clock.Advance(2 * ttl) // the reading is no longer fresh
-	if got := read(); got["quality"] != "stale" || got["value"] != direct["value"] || got["source"] != "soil_node_01" {
-		t.Errorf("unplugged, after the TTL: %v; want the last value as stale", got)
+	got = read() // fresh in the cache
+	unplugged := time.Now()
+	pair.unplug()
+	// slack is the polling step and a loaded machine's scheduling.
+	const slack = 250 * time.Millisecond
+	var staleAt, errorAt time.Duration
+	for errorAt == 0 {
+		got, at := read(), time.Since(unplugged)
+		switch got["quality"] {
+		case "good": // only until the proxy has seen the line close
+			if staleAt > 0 || at > slack {
+				t.Fatalf("unplugged %v ago: %v; want stale or error", at, got)
+			}
+		case "stale":
+			if staleAt == 0 {
+				staleAt = at
+			}
+			if got["value"] != direct["value"] || got["source"] != "soil_node_01" {
+				t.Errorf("unplugged, stale: %v; want the last value", got)
+			}
+		case "error":
+			errorAt = at
+			if got["value"] != nil {
+				t.Errorf("unplugged, error: %v; want no value", got)
+			}
+		default:
+			t.Fatalf("unplugged %v ago: %v", at, got)
+		}
+		if at > 10*time.Second {
+			t.Fatalf("unplugged for %v: still %v", at, got)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	clock.Advance(2 * time.Minute) // past the longest a stale value is served
-	if got := read(); got["quality"] != "error" || got["value"] != nil {
-		t.Errorf("unplugged for long: %v; want error", got)
+	t.Logf("unplugged: stale at %v, error at %v (cache TTL %v)", staleAt.Round(time.Millisecond), errorAt.Round(time.Millisecond), ttl)
+	// Error before the TTL would be a stale window shorter than promised.
+	if staleAt == 0 || staleAt > slack || errorAt < ttl || errorAt > ttl+slack {
+		t.Errorf("unplugged: stale at %v, error at %v; want stale at once and error %v after the unplug", staleAt, errorAt, ttl)
 	}
 
 	pair.plug()
-	for end := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		// the breaker's cool-off and the node's reopening pass
-		clock.Advance(3 * time.Second)
-		if got = read(); got["quality"] == "good" || time.Now().After(end) {
-			break
-		}
+	plugged := time.Now()
+	for got = read(); got["quality"] != "good" && time.Since(plugged) < 30*time.Second; got = read() {
+		// the node reopens its line and the breaker's cool-off passes
+		time.Sleep(100 * time.Millisecond)
 	}
+	t.Logf("plugged back: good again after %v", time.Since(plugged).Round(time.Millisecond))
 	if got["quality"] != "good" || got["value"] != direct["value"] {
 		t.Errorf("plugged back: %v; want good again", got)
 	}
@@ -417,7 +426,7 @@ func TestProxyAdoptedDoActsOnceAtTheSource(t *testing.T) {
 		"--policy", writeFile(t, dir, "pump.policy.yml", operatorPolicy), "--state-dir", state)
 	token := writeFile(t, dir, "token", operatorToken+"\n")
 	proxyManifest := writeFile(t, dir, "proxy.yml", fmt.Sprintf(pumpProxy, url, token))
-	_, c := proxyInProcess(t, proxyManifest, writeFile(t, dir, "proxy.policy.yml", operatorPolicy), nil)
+	_, c := proxyInProcess(t, proxyManifest, writeFile(t, dir, "proxy.policy.yml", operatorPolicy))
 
 	const key = "7f9c2ba4-e88f-4c1d-9b3e-0a8d2f1c6e55"
 	args := map[string]any{"value": 1200, "idempotency_key": key}

@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
@@ -54,6 +55,10 @@ type Bus struct {
 	failed  error     // why the latest connection attempt failed
 	nextTry time.Time // no attempt before this after a failure
 	wait    time.Duration
+
+	// lost is when the source was last seen lost (nil while it answers);
+	// read without mu, which is held while connecting.
+	lost atomic.Pointer[time.Time]
 }
 
 // Open is the drivers.Opener of mcp buses. It does not contact the source:
@@ -115,6 +120,7 @@ func (b *Bus) client(ctx context.Context) (*client.Client, error) {
 			b.logger.Warn("adopted source unreachable", "bus", b.name, "source", b.Describe(), "err", err)
 		}
 		b.failed, b.nextTry, b.wait = err, time.Now().Add(b.wait), min(2*b.wait, retryMax)
+		b.markLost()
 		return nil, fmt.Errorf("%s: %w: %v", b.Describe(), drivers.ErrUnreachable, err)
 	}
 	if b.failed != nil {
@@ -134,7 +140,49 @@ func (b *Bus) drop(c *client.Client, why error) {
 	}
 	b.logger.Warn("adopted source lost; reconnecting on the next call", "bus", b.name, "source", b.Describe(), "err", why)
 	b.conn = nil
+	b.markLost()
 	go c.Close() // a serial port or child process may take a moment to let go
+}
+
+// markLost notes now as when the source was lost, unless it is lost already.
+func (b *Bus) markLost() {
+	now := time.Now()
+	b.lost.CompareAndSwap(nil, &now)
+}
+
+// lostFor is how long the source has been lost (see drivers.Outage).
+func (b *Bus) lostFor() (time.Duration, bool) {
+	if at := b.lost.Load(); at != nil {
+		return time.Since(*at), true
+	}
+	return 0, false
+}
+
+// ended is called when the incoming stream of transport tr ends (a serial
+// line whose adapter was unplugged): if tr is the current connection's, the
+// source is lost now, not at the next call.
+func (b *Bus) ended(tr transport.Interface, err error) {
+	b.mu.Lock()
+	c := b.conn
+	b.mu.Unlock()
+	if c != nil && c.GetTransport() == tr {
+		b.drop(c, err)
+	}
+}
+
+// endReader reports the first error of its reader (the end of the stream).
+type endReader struct {
+	r    io.Reader
+	once sync.Once
+	end  func(error)
+}
+
+func (e *endReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil {
+		e.once.Do(func() { e.end(err) })
+	}
+	return n, err
 }
 
 func (b *Bus) connect(ctx context.Context) (*client.Client, error) {
@@ -149,7 +197,8 @@ func (b *Bus) connect(ctx context.Context) (*client.Client, error) {
 		// Bytes left on the line from before (a half-written answer to a
 		// connection that was dropped) would be taken for answers.
 		_ = port.ResetInputBuffer()
-		tr := transport.NewIO(port, port, nil)
+		var tr *transport.Stdio
+		tr = transport.NewIO(&endReader{r: port, end: func(err error) { b.ended(tr, err) }}, port, nil)
 		// mcp-go logs a closed port as an error; a lost line is logged
 		// once here, when the connection is dropped.
 		transport.WithCommandLogger(quiet)(tr)
@@ -231,6 +280,7 @@ func (b *Bus) call(ctx context.Context, tool string, args map[string]any) (map[s
 		}
 		return nil, true, fmt.Errorf("%s %s: %w: %v", b.Describe(), tool, drivers.ErrUnreachable, err)
 	}
+	b.lost.Store(nil) // it answered
 	out, perr := structured(res)
 	if perr != nil {
 		return nil, true, fmt.Errorf("%s %s: %w", b.Describe(), tool, perr)

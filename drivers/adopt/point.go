@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/physmcp/physmcpd/drivers"
@@ -20,6 +21,11 @@ type point struct {
 	b    *manifest.VirtualBinding
 	now  func() time.Time
 	desc string
+
+	// failing is when the current run of failed reads began (nil after a
+	// read that gave a value): a source that answers quality error is
+	// reachable but gives no value either.
+	failing atomic.Pointer[time.Time]
 }
 
 // BindVirtual binds an adopted capability: reads call its tool (a do
@@ -44,8 +50,9 @@ func (p *point) Quantise(v drivers.Value) (drivers.Value, error) { return v, nil
 // Read calls the source's read_* and keeps its quality, measurement time
 // and device. A source that answers with quality error is Declined (alive,
 // without a value), so the engine serves its own last good value as stale,
-// as it does for a device that stops answering.
-func (p *point) Read(ctx context.Context) (drivers.Sample, error) {
+// for one cache TTL from the first read without a value (OutFor).
+func (p *point) Read(ctx context.Context) (s drivers.Sample, err error) {
+	defer func() { p.noteRead(err) }()
 	tool := p.b.Tool
 	if p.c.Kind == manifest.KindDo {
 		tool = p.b.ReadTool
@@ -56,7 +63,7 @@ func (p *point) Read(ctx context.Context) (drivers.Sample, error) {
 	}
 	quality, _ := out["quality"].(string)
 	detail, _ := out["detail"].(string)
-	s := drivers.Sample{At: p.now()}
+	s = drivers.Sample{At: p.now()}
 	if ts, ok := out["timestamp"].(string); ok {
 		// The source's measurement time, unless its clock is ahead of
 		// ours: a reading from the future would count as fresh in the cache
@@ -90,6 +97,26 @@ func (p *point) Read(ctx context.Context) (drivers.Sample, error) {
 		s.Stale = "the source serves its last good value: " + orElse(detail, "its live read failed")
 	}
 	return s, nil
+}
+
+func (p *point) noteRead(err error) {
+	if err == nil {
+		p.failing.Store(nil)
+		return
+	}
+	now := time.Now()
+	p.failing.CompareAndSwap(nil, &now)
+}
+
+// OutFor is how long the source has given this capability no value: since
+// the bus lost the source or the first of the reads that failed in a row,
+// whichever came first (drivers.Outage).
+func (p *point) OutFor() (time.Duration, bool) {
+	d, out := p.bus.lostFor()
+	if at := p.failing.Load(); at != nil {
+		d, out = max(d, time.Since(*at)), true
+	}
+	return d, out
 }
 
 // value converts a JSON value to the capability's type as the engine holds
