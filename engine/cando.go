@@ -446,6 +446,7 @@ func (e *Engine) candidate(ctx context.Context, pt *point, m match, d decision, 
 		}
 		cand.Constraints.RateLimit = strings.Join(rates, ", ")
 		cand.Constraints.MinRole = string(e.minRole(c))
+		cand.Constraints.Quorum = e.quorumConstraint(pt)
 	}
 	cand.ValidUntil = promcp.Time(e.validUntil(pt, d, now))
 	est := pt.estimatedLatency()

@@ -16,28 +16,16 @@ const interlockValidity = 2 * time.Second
 
 // interlocks checks every interlock that governs writing value to pt (all of
 // them when value is nil: a can_do intent without a value is checked as if it
-// asked for the guarded value). fresh reads each source from the device, as
-// do_* does right before writing; otherwise a reading still within its cache
-// TTL serves (can_do). A source that cannot be read, or reads an implausible
-// value, refuses: nothing acts on unknown state.
+// asked for the guarded value), on readings as conditionReading takes them.
 func (e *Engine) interlocks(ctx context.Context, pt *point, value any, fresh bool) decision {
 	for _, il := range pt.c.Interlocks {
 		if value != nil && !il.Applies(value) {
 			continue
 		}
 		src := e.points[il.Source.ToolName()]
-		var r *reading
-		var err error
-		if fresh {
-			r, err = e.readFresh(ctx, src)
-		} else if r = e.cached(src); r == nil {
-			r, err = e.sample(ctx, src)
-		}
-		if err != nil {
-			return deny(promcp.SourceUnreachable, "interlock %s cannot be checked, so %s may not act: %v", condition(il), pt.tool, err)
-		}
-		if r.flag != "" {
-			return deny(promcp.PolicyDenied, "interlock %s cannot be checked, so %s may not act: %s is implausible (%s)", condition(il), pt.tool, src.tool, r.flag)
+		r, perm, why := e.conditionReading(ctx, src, fresh)
+		if r == nil {
+			return deny(perm, "interlock %s cannot be checked, so %s may not act: %s", condition(il), pt.tool, why)
 		}
 		if !holds(r.value, il.Op, il.Value) {
 			reason := il.Reason
@@ -52,6 +40,30 @@ func (e *Engine) interlocks(ctx context.Context, pt *point, value any, fresh boo
 		}
 	}
 	return allow()
+}
+
+// conditionReading reads the source of a condition (an interlock, a quorum
+// check): fresh from the device, as do_* does right before writing, or else
+// a reading still within its cache TTL (can_do). Nothing acts on unknown
+// state: a reading that cannot be taken (source_unreachable), or that is
+// implausible or an adopted source's stale last good value (policy_denied),
+// is not returned, and why says what is wrong with it.
+func (e *Engine) conditionReading(ctx context.Context, src *point, fresh bool) (r *reading, perm promcp.Permission, why string) {
+	var err error
+	if fresh {
+		r, err = e.readFresh(ctx, src)
+	} else if r = e.cached(src); r == nil {
+		r, err = e.sample(ctx, src)
+	}
+	switch {
+	case err != nil:
+		return nil, promcp.SourceUnreachable, err.Error()
+	case r.flag != "":
+		return nil, promcp.PolicyDenied, fmt.Sprintf("%s is implausible (%s)", src.tool, r.flag)
+	case r.stale != "":
+		return nil, promcp.PolicyDenied, fmt.Sprintf("%s is stale (%s)", src.tool, r.stale)
+	}
+	return r, promcp.Allowed, ""
 }
 
 // condition renders an interlock as "read_tank_level > 10 %".

@@ -16,17 +16,20 @@ type Quorum interface {
 	// whether this node is on the minority side of a suspected partition.
 	Reachable(peers string) (n int, minority bool)
 	// Confirm asks those peers to confirm tool's write of value before ctx
-	// ends and returns how many nodes confirmed, this one included, and
-	// how many were asked.
-	Confirm(ctx context.Context, tool string, value any, peers string) (confirmed, asked int, detail string)
+	// ends, each after running its own quorum check of that name (none when
+	// check is empty), and returns how many nodes confirmed, this one
+	// included, and how many were asked.
+	Confirm(ctx context.Context, tool string, value any, peers, check string) (confirmed, asked int, detail string)
 }
 
 // quorumRule is what a do tool requires: need nodes (0: no quorum), on
-// failure deny or act locally, counted over peers.
+// failure deny or act locally, counted over peers, each voting peer running
+// its quorum check of that name.
 type quorumRule struct {
 	need       int
 	allowLocal bool
 	peers      string
+	check      string
 }
 
 func (e *Engine) quorumOf(pt *point) quorumRule {
@@ -41,6 +44,7 @@ func (e *Engine) quorumOf(pt *point) quorumRule {
 			if r.Quorum.Peers != "" {
 				q.peers = r.Quorum.Peers
 			}
+			q.check = r.Quorum.Check
 		}
 	}
 	return q
@@ -84,9 +88,20 @@ func (e *Engine) confirmQuorum(ctx context.Context, pt *point, value any) decisi
 	if q.need <= 1 || e.quorum == nil {
 		return d
 	}
-	confirmed, asked, detail := e.quorum.Confirm(ctx, pt.tool, value, q.peers)
+	confirmed, asked, detail := e.quorum.Confirm(ctx, pt.tool, value, q.peers, q.check)
 	if confirmed < q.need {
 		q.failed(&d, "confirmed by %d nodes of %d asked (this one included), required: %d%s", confirmed, asked, q.need, detail)
 	}
 	return d
+}
+
+// quorumConstraint is what can_do tells of a do tool's quorum: nodes
+// needed, which peers vote and the check they will run (can_do counts the
+// peers but holds no vote: that runs when the write comes).
+func (e *Engine) quorumConstraint(pt *point) *promcp.QuorumConstraint {
+	q := e.quorumOf(pt)
+	if q.need == 0 {
+		return nil
+	}
+	return &promcp.QuorumConstraint{MinPeers: q.need, Peers: q.peers, Check: q.check}
 }

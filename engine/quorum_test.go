@@ -16,15 +16,17 @@ import (
 
 // fakeQuorum is a mesh seen by the quorum rules: alive peers that count,
 // whether this node is on a partition's minority side, and how many of
-// the peers confirm a vote.
+// the peers confirm a vote (and the quorum check it asked them to run).
 type fakeQuorum struct {
 	alive, confirm int
 	minority       bool
 	votes          atomic.Int32
+	check          string
 }
 
 func (q *fakeQuorum) Reachable(string) (int, bool) { return 1 + q.alive, q.minority }
-func (q *fakeQuorum) Confirm(context.Context, string, any, string) (int, int, string) {
+func (q *fakeQuorum) Confirm(_ context.Context, _ string, _ any, _, check string) (int, int, string) {
+	q.check = check
 	q.votes.Add(1)
 	return 1 + q.confirm, 1 + q.alive, ""
 }
@@ -89,6 +91,16 @@ func TestQuorumCountsAndVotes(t *testing.T) {
 			}
 			if tc.q != nil && (tc.q.votes.Load() == 1) != tc.voteRound {
 				t.Errorf("vote rounds %d, want one: %v", tc.q.votes.Load(), tc.voteRound)
+			}
+			// The peers are asked to run the policy's check, and can_do says
+			// which (it counts, it does not vote).
+			if tc.voteRound && tc.q.check != "watering_ok" {
+				t.Errorf("the vote asked the peers to run quorum check %q, want watering_ok", tc.q.check)
+			}
+			if len(rep.Candidates) == 1 {
+				if q := rep.Candidates[0].Constraints.Quorum; q == nil || *q != (promcp.QuorumConstraint{MinPeers: 2, Peers: "zone", Check: "watering_ok"}) {
+					t.Errorf("can_do constraints.quorum %+v, want 2 in the zone, check watering_ok", q)
+				}
 			}
 		})
 	}

@@ -66,16 +66,29 @@ func (v *validator) interlocks(path string, c *Capability) {
 	}
 	for i, il := range c.Interlocks {
 		ip := fmt.Sprintf("%s.interlocks[%d]", path, i)
-		il.Source = v.interlockSource(ip, il)
-		v.interlockCompare(ip, il)
+		v.condition(ip, il)
 		if il.When != nil && c.Kind == KindDo && c.DataType != "" {
 			if msg := c.checkValue(il.When); msg != "" {
 				v.errorf(il.At.Of("when"), ip+".when", "%s (when is a value of %s)", msg, c.ToolName())
 			}
 		}
-		if il.At.Has("reason") && strings.TrimSpace(il.Reason) == "" {
-			v.errorf(il.At.Of("reason"), ip+".reason", "must not be empty; it is what a refused caller is told")
-		}
+	}
+}
+
+// CheckCondition resolves a condition on one of m's readings that another
+// file states as an interlock does (a policy's quorum_checks): Source is set
+// when the read capability exists, and whatever is wrong is reported to d,
+// as for an interlock.
+func (m *Manifest) CheckCondition(d *strictyaml.Decoder, path string, il *Interlock) {
+	(&validator{d: d, m: m}).condition(path, il)
+}
+
+// condition resolves an interlock's source and checks its comparison and reason.
+func (v *validator) condition(ip string, il *Interlock) {
+	il.Source = v.interlockSource(ip, il)
+	v.interlockCompare(ip, il)
+	if il.At.Has("reason") && strings.TrimSpace(il.Reason) == "" {
+		v.errorf(il.At.Of("reason"), ip+".reason", "must not be empty; it is what a refused caller is told")
 	}
 }
 

@@ -26,6 +26,9 @@ type VoteRequest struct {
 	Device    string `json:"device"`
 	Tool      string `json:"tool"`
 	Value     any    `json:"value,omitempty"`
+	// Check names the quorum check the peer runs under its own policy
+	// before it confirms; a peer that does not define it refuses.
+	Check string `json:"check,omitempty"`
 }
 
 // Vote is a peer's answer.
@@ -69,7 +72,7 @@ func (q *Quorum) Reachable(peers string) (int, bool) {
 
 // Confirm implements engine.Quorum: every voter is asked at once and has
 // until the mesh's total deadline to confirm.
-func (q *Quorum) Confirm(ctx context.Context, tool string, value any, peers string) (int, int, string) {
+func (q *Quorum) Confirm(ctx context.Context, tool string, value any, peers, check string) (int, int, string) {
 	box := q.r.members.Load()
 	if box == nil {
 		return 1, 1, ""
@@ -87,7 +90,7 @@ func (q *Quorum) Confirm(ctx context.Context, tool string, value any, peers stri
 	results := make(chan result, len(ask))
 	for _, p := range ask {
 		go func() {
-			v, err := q.ask(ctx, p, VoteRequest{Requester: self.NodeID, Device: self.DeviceID, Tool: tool, Value: value})
+			v, err := q.ask(ctx, p, VoteRequest{Requester: self.NodeID, Device: self.DeviceID, Tool: tool, Value: value, Check: check})
 			results <- result{p, v, err}
 		}()
 	}
@@ -151,11 +154,17 @@ func (q *Quorum) ask(ctx context.Context, p mesh.Peer, req VoteRequest) (Vote, e
 	return *out.Result, nil
 }
 
+// Check runs this node's quorum check of that name under its own policy
+// (engine.Engine.QuorumCheck): nil when it holds, else why not.
+type Check func(ctx context.Context, name string) error
+
 // Answer is this node's vote on a peer's request: only a mesh peer may
 // ask; it is confirmed unless this node is on the minority side of a
-// suspected partition or does not see the requester alive itself (a node
-// that cannot see the requester cannot vouch for its view of the mesh).
-func (r *Router) Answer(ctx context.Context, req VoteRequest) (Vote, error) {
+// suspected partition, does not see the requester alive itself (a node
+// that cannot see the requester cannot vouch for its view of the mesh), or
+// the request names a quorum check that does not hold here (check runs it;
+// one this node does not define never holds).
+func (r *Router) Answer(ctx context.Context, req VoteRequest, check Check) (Vote, error) {
 	if p, ok := auth.PrincipalFrom(ctx); !ok || p.Method != auth.MethodMesh {
 		return Vote{}, fmt.Errorf("%s is answered only to a mesh peer (a credential signed with the mesh keyring)", VoteMethod)
 	}
@@ -169,6 +178,15 @@ func (r *Router) Answer(ctx context.Context, req VoteRequest) (Vote, error) {
 	}
 	if !slices.ContainsFunc(m.Peers(), func(p mesh.Peer) bool { return p.NodeID == req.Requester && p.State == mesh.Alive }) {
 		return Vote{Reason: fmt.Sprintf("%s is not alive in this node's view of the mesh", req.Requester)}, nil
+	}
+	switch {
+	case req.Check == "":
+	case check == nil:
+		return Vote{Reason: fmt.Sprintf("unknown quorum_check %q: this node runs no quorum checks", req.Check)}, nil
+	default:
+		if err := check(ctx, req.Check); err != nil {
+			return Vote{Reason: err.Error()}, nil
+		}
 	}
 	return Vote{Confirm: true}, nil
 }

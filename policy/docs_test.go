@@ -14,7 +14,7 @@ import (
 // from) the policy decoder without the JSON Schema and docs/policy.md following.
 func TestSchemaAndDocsCoverDecoder(t *testing.T) {
 	docs := map[string][]string{"Rule": {"type"}}
-	for _, v := range []any{Policy{}, Defaults{}, ToolPolicy{}, TimeWindow{}, Identity{}, MeshIdentity{}, Provider{}, StaticToken{}, CertClient{}, Emergency{}} {
+	for _, v := range []any{Policy{}, Defaults{}, ToolPolicy{}, TimeWindow{}, Identity{}, MeshIdentity{}, Provider{}, StaticToken{}, CertClient{}, Emergency{}, QuorumCheck{}, Condition{}} {
 		t := reflect.TypeOf(v)
 		docs[t.Name()] = strictyaml.Known(t)
 	}

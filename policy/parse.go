@@ -20,8 +20,9 @@ const Version = "0.1"
 const DefaultApprovalTimeoutS = 120
 
 var (
-	windowName = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
-	sha256Hex  = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	// namePattern is what time window and quorum check names look like.
+	namePattern = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
+	sha256Hex   = regexp.MustCompile(`^[0-9a-f]{64}$`)
 )
 
 // Parse decodes a policy and checks it against the manifest it governs.
@@ -70,6 +71,14 @@ func (p *Policy) Rules(tool string) []*Rule {
 		return tp.Rules
 	}
 	return nil
+}
+
+// QuorumCheck returns the quorum check of that name, or nil.
+func (p *Policy) QuorumCheck(name string) *QuorumCheck {
+	if p == nil {
+		return nil
+	}
+	return p.QuorumChecks[name]
 }
 
 // DefaultRole is the role every tool requires unless it says otherwise (none by default).
@@ -131,13 +140,14 @@ func (v *validator) run() {
 		w := p.TimeWindows[name]
 		w.Name = name
 		path := "time_windows." + name
-		if !windowName.MatchString(name) {
+		if !namePattern.MatchString(name) {
 			v.errorf(w.At.Key, path, "window name %q must be lowercase letters, digits, _ and - and start with a letter", name)
 		}
 		w.compile(v.d, path)
 	}
 	v.usedWindows = map[string]bool{}
 	v.capabilities()
+	v.quorumChecks()
 	for _, name := range slices.Sorted(maps.Keys(p.TimeWindows)) {
 		if !v.usedWindows[name] {
 			v.warnf(p.TimeWindows[name].At.Key, "time_windows."+name, "no rule uses this time window")
@@ -266,6 +276,7 @@ func (v *validator) rules(path string, tp *ToolPolicy, c *manifest.Capability) {
 			default:
 				v.errorf(q.At.Of("peers"), rp+".peers", "must be zone or mesh, got %q", q.Peers)
 			}
+			v.quorumRuleCheck(rp, q, c)
 		case r.RangeGuard != nil:
 			v.rangeGuard(rp, r.RangeGuard, c)
 		case r.Approval != nil:
@@ -276,6 +287,64 @@ func (v *validator) rules(path string, tp *ToolPolicy, c *manifest.Capability) {
 				v.errorf(a.At.Of("timeout_s"), rp+".timeout_s", "must be at least 1 second, got %d", a.TimeoutS)
 			}
 		}
+	}
+}
+
+// quorumRuleCheck checks the name of the quorum check a rule asks its
+// peers to run. The peers define it, so it is not looked up here.
+func (v *validator) quorumRuleCheck(path string, q *QuorumRule, c *manifest.Capability) {
+	if !q.At.Has("check") {
+		return
+	}
+	if !namePattern.MatchString(q.Check) {
+		v.errorf(q.At.Of("check"), path+".check", "quorum check name %q must be lowercase letters, digits, _ and - and start with a letter", q.Check)
+	}
+	need := q.MinPeers
+	if c.RequiresQuorum {
+		need = max(need, c.QuorumSize)
+	}
+	if need == 1 {
+		v.errorf(q.At.Of("check"), path+".check", "the peers run the check when they vote, and with min_peers 1 no peer votes; raise min_peers or remove check")
+	}
+}
+
+// quorumChecks resolves each check's conditions against the manifest, as
+// interlocks are, and its time windows.
+func (v *validator) quorumChecks() {
+	p := v.p
+	for _, name := range slices.Sorted(maps.Keys(p.QuorumChecks)) {
+		qc := p.QuorumChecks[name]
+		qc.Name = name
+		path := "quorum_checks." + name
+		if !namePattern.MatchString(name) {
+			v.errorf(qc.At.Key, path, "quorum check name %q must be lowercase letters, digits, _ and - and start with a letter", name)
+		}
+		if len(qc.Conditions) == 0 && len(qc.AllowDuring) == 0 && len(qc.DenyDuring) == 0 {
+			v.errorf(qc.At.Self, path, "a quorum check needs conditions, allow_during or deny_during: one that checks nothing would confirm every vote")
+		}
+		if len(qc.AllowDuring) > 0 || len(qc.DenyDuring) > 0 {
+			qc.Window = &TimeWindowRule{AllowDuring: qc.AllowDuring, DenyDuring: qc.DenyDuring, At: qc.At}
+			v.timeWindowRule(path, qc.Window)
+		}
+		for i, c := range qc.Conditions {
+			cp := fmt.Sprintf("%s.conditions[%d]", path, i)
+			if v.m == nil {
+				v.errorf(c.At.Self, cp, "cannot check conditions without a valid manifest")
+				continue
+			}
+			c.Interlock = &manifest.Interlock{Capability: c.Capability, Op: c.Op, Value: c.Value, Reason: c.Reason, At: c.At}
+			v.m.CheckCondition(v.d, cp, c.Interlock)
+		}
+	}
+	if len(p.QuorumChecks) == 0 || v.m == nil {
+		return
+	}
+	// Only mesh peers are answered: without them the checks are never run.
+	switch {
+	case v.m.Network == nil || v.m.Network.Mesh == nil || !v.m.Network.Mesh.Enabled:
+		v.warnf(p.At.Of("quorum_checks"), "quorum_checks", "the manifest's network.mesh is not enabled, so no peer asks this node to vote")
+	case p.Identity == nil || p.Identity.Mesh == nil:
+		v.warnf(p.At.Of("quorum_checks"), "quorum_checks", "without identity.mesh this node answers no peer's vote")
 	}
 }
 

@@ -23,6 +23,9 @@ type Policy struct {
 	TimeWindows  map[string]*TimeWindow `yaml:"time_windows"`
 	Identity     *Identity              `yaml:"identity"`
 	Emergency    *Emergency             `yaml:"emergency"`
+	// QuorumChecks are what this node checks before it confirms a peer's
+	// quorum vote that names one.
+	QuorumChecks map[string]*QuorumCheck `yaml:"quorum_checks"`
 
 	At Positions `yaml:"-"`
 }
@@ -99,6 +102,40 @@ type QuorumRule struct {
 	OnFailure string `yaml:"on_failure"` // deny (default) | allow_local
 	// Peers says which peers count: QuorumZone (default) or QuorumMesh.
 	Peers string `yaml:"peers"`
+	// Check names the quorum check each voting peer runs under its own
+	// policy (its quorum_checks) before it confirms; empty: none.
+	Check string `yaml:"check"`
+
+	At Positions `yaml:"-"`
+}
+
+// QuorumCheck is what this node checks, on fresh readings of its own
+// capabilities, before it confirms a peer's quorum vote that names it:
+// every condition holds and the time windows allow it.
+type QuorumCheck struct {
+	Name        string       `yaml:"-"`
+	Conditions  []*Condition `yaml:"conditions"`
+	AllowDuring []string     `yaml:"allow_during"`
+	DenyDuring  []string     `yaml:"deny_during"`
+
+	// Window is allow_during and deny_during as a time_window rule (set by
+	// validation; nil without either).
+	Window *TimeWindowRule `yaml:"-"`
+
+	At Positions `yaml:"-"`
+}
+
+// Condition compares one of this device's readings, as a manifest
+// interlock does.
+type Condition struct {
+	Capability string `yaml:"capability,required"`
+	Op         string `yaml:"op,required"`
+	Value      any    `yaml:"value,required"`
+	Reason     string `yaml:"reason"`
+
+	// Interlock is the condition resolved against the manifest (set by
+	// validation): the engine evaluates it as it does an interlock.
+	Interlock *manifest.Interlock `yaml:"-"`
 
 	At Positions `yaml:"-"`
 }

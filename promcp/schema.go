@@ -146,6 +146,11 @@ func CanDoOutputSchema() Schema {
 			"rate_limit":  Schema{"type": "string"},
 			"cooldown_ms": Schema{"type": "integer", "minimum": 0},
 			"min_role":    Schema{"type": "string"},
+			"quorum": object(Schema{
+				"min_peers": Schema{"type": "integer", "minimum": 1, "description": "Nodes that must confirm, this one included."},
+				"peers":     Schema{"type": "string", "enum": []any{"zone", "mesh"}, "description": "Which alive peers count and vote."},
+				"check":     Schema{"type": "string", "description": "The quorum check each voting peer runs under its own policy before it confirms."},
+			}, "min_peers", "peers"),
 		}, "min", "max", "unit", "enum_values"),
 		"side_effects":         stringArray("What else changes when this acts."),
 		"valid_until":          timestampSchema("Do not act on this candidate after this instant; call can_do again."),

@@ -149,6 +149,17 @@ type Constraints struct {
 	RateLimit  string `json:"rate_limit,omitempty"`
 	CooldownMs int    `json:"cooldown_ms,omitempty"`
 	MinRole    string `json:"min_role,omitempty"`
+	// Quorum is a do_*'s quorum rule (PhysMCP), nil without one.
+	Quorum *QuorumConstraint `json:"quorum,omitempty"`
+}
+
+// QuorumConstraint says what a do_* needs from the mesh: MinPeers nodes,
+// this one included, of Peers (zone or mesh) confirm in a vote round, each
+// after running its own quorum check Check (none when empty).
+type QuorumConstraint struct {
+	MinPeers int    `json:"min_peers"`
+	Peers    string `json:"peers"`
+	Check    string `json:"check,omitempty"`
 }
 
 // Candidate is a capability that can serve the intent.

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -103,7 +104,8 @@ func endpointURL(scheme string, ln net.Addr, advertise string) (string, error) {
 
 // meshMethods are PhysMCP's extension methods on the MCP endpoint. With the
 // mesh off (ms nil) physmcp/manifest still answers and the others say so.
-func meshMethods(m *manifest.Manifest, profile string, ms *mesh.Mesh, router *meshroute.Router) map[string]mcpserver.Method {
+// A vote runs the quorum checks it names with check (this node's policy).
+func meshMethods(m *manifest.Manifest, profile string, ms *mesh.Mesh, router *meshroute.Router, check meshroute.Check) map[string]mcpserver.Method {
 	doc := mesh.Describe(m, profile)
 	off := map[string]any{"enabled": false, "partition_state": mesh.PartitionNone}
 	return map[string]mcpserver.Method{
@@ -111,11 +113,15 @@ func meshMethods(m *manifest.Manifest, profile string, ms *mesh.Mesh, router *me
 			if router == nil {
 				return nil, errors.New("this node is not in a mesh")
 			}
+			// A request with a field this node does not know is refused:
+			// confirming without what it asks for would be a silent yes.
 			var req meshroute.VoteRequest
-			if err := json.Unmarshal(params, &req); err != nil {
+			dec := json.NewDecoder(bytes.NewReader(params))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&req); err != nil {
 				return nil, fmt.Errorf("params: %v", err)
 			}
-			return router.Answer(ctx, req)
+			return router.Answer(ctx, req, check)
 		},
 		"physmcp/manifest": func(context.Context, json.RawMessage) (any, error) { return doc, nil },
 		"physmcp/mesh_status": func(context.Context, json.RawMessage) (any, error) {

@@ -140,7 +140,7 @@ func serveHTTP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *e
 	if ms != nil {
 		defer ms.Close()
 	}
-	api = mcpserver.WithMethods(api, meshMethods(e.Manifest(), prof.Name, ms, node.router()))
+	api = mcpserver.WithMethods(api, meshMethods(e.Manifest(), prof.Name, ms, node.router(), e.QuorumCheck))
 	// /healthz and the status page's static files need no token; /metrics
 	// takes the token of /mcp (any role) unless --metrics-public puts it in
 	// front of the access rules.
