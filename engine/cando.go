@@ -6,7 +6,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/physmcp/physmcpd/drivers"
@@ -54,9 +53,13 @@ const (
 	criticalValidity = time.Second      // irreversible actions
 )
 
+// match is how well a capability matches an intent: its confidence, and the
+// parts it came from, from which reasons writes the match_reasons of the
+// entries the report keeps.
 type match struct {
 	confidence float64
-	reasons    []string
+	hits       int     // the intent's tags the capability has
+	sTarget    float64 // share of the target the name matches
 }
 
 func words(s string) []string {
@@ -106,26 +109,20 @@ func (e *Engine) match(pt *point, in query) (match, bool) {
 		return match{}, false
 	}
 	var m match
-	hits := 0
 	for _, t := range in.tags {
 		if pt.vocab[t] {
-			hits++
+			m.hits++
 		}
 	}
-	sTags := float64(hits) / float64(len(in.SemanticTags))
-	if hits > 0 {
-		m.reasons = append(m.reasons, fmt.Sprintf("%d of %d tags match", hits, len(in.SemanticTags)))
-	}
+	sTags := float64(m.hits) / float64(len(in.SemanticTags))
 	score, weight := weightTags*sTags, weightTags
 	if in.Action != "" {
 		score += weightAction
 		weight += weightAction
-		m.reasons = append(m.reasons, fmt.Sprintf("action %s fits a %s capability", in.Action, c.Kind))
 	}
-	sTarget := 0.0
 	if in.Target != "" {
 		if in.target == c.Name || in.target == pt.tool {
-			sTarget = 1
+			m.sTarget = 1
 		} else if tw := in.targetWords; len(tw) > 0 {
 			found := 0
 			for _, w := range tw {
@@ -133,37 +130,55 @@ func (e *Engine) match(pt *point, in query) (match, bool) {
 					found++
 				}
 			}
-			sTarget = float64(found) / float64(len(tw))
+			m.sTarget = float64(found) / float64(len(tw))
 		}
-		if sTarget > 0 {
-			m.reasons = append(m.reasons, fmt.Sprintf("target %q matches %s", in.Target, c.Name))
-		}
-		score += weightTarget * sTarget
+		score += weightTarget * m.sTarget
 		weight += weightTarget
-		if sTarget == 0 {
-			m.reasons = append(m.reasons, fmt.Sprintf("target %q names something else", in.Target))
-		}
 	}
-	if sTags == 0 && sTarget == 0 {
+	if sTags == 0 && m.sTarget == 0 {
 		return match{}, false
 	}
 	factor := 1.0
 	if in.Target != "" {
-		factor *= 0.5 + 0.5*sTarget
+		factor *= 0.5 + 0.5*m.sTarget
 	}
 	if in.Location != "" {
 		weight += weightLocation
 		if e.m.Device.Location == nil {
 			factor *= unknownLocation
-			m.reasons = append(m.reasons, fmt.Sprintf("the device declares no location, so location %q cannot be confirmed", in.Location))
 		} else {
 			// CanDo has ruled out a device elsewhere.
 			score += weightLocation
-			m.reasons = append(m.reasons, fmt.Sprintf("location %q matches the device", in.Location))
 		}
 	}
 	m.confidence = math.Round(score/weight*factor*100) / 100
 	return m, true
+}
+
+// reasons says in words why pt matched in as m says.
+func (e *Engine) reasons(pt *point, in query, m match) []string {
+	var r []string
+	if m.hits > 0 {
+		r = append(r, fmt.Sprintf("%d of %d tags match", m.hits, len(in.SemanticTags)))
+	}
+	if in.Action != "" {
+		r = append(r, fmt.Sprintf("action %s fits a %s capability", in.Action, pt.c.Kind))
+	}
+	if in.Target != "" {
+		if m.sTarget > 0 {
+			r = append(r, fmt.Sprintf("target %q matches %s", in.Target, pt.c.Name))
+		} else {
+			r = append(r, fmt.Sprintf("target %q names something else", in.Target))
+		}
+	}
+	if in.Location != "" {
+		if e.m.Device.Location == nil {
+			r = append(r, fmt.Sprintf("the device declares no location, so location %q cannot be confirmed", in.Location))
+		} else {
+			r = append(r, fmt.Sprintf("location %q matches the device", in.Location))
+		}
+	}
+	return r
 }
 
 // elsewhere says why the device cannot serve an intent for another location
@@ -228,58 +243,35 @@ func (e *Engine) CanDo(ctx context.Context, caller Caller, req promcp.CanDoReque
 		return e.sealReport(rep, start), nil
 	}
 
-	type matched struct {
-		pt *point
-		m  match
-		d  decision
-	}
-	var ms []matched
-	for _, t := range e.tools {
-		if t.Kind != ToolRead && t.Kind != ToolDo {
-			continue
-		}
-		pt := e.points[t.Name]
-		if !e.inScope(pt, req.Scope) {
-			continue
-		}
-		if m, ok := e.match(pt, in); ok {
-			ms = append(ms, matched{pt: pt, m: m})
+	hits := e.pointMatches(in, req.Scope)
+	e.dryRuns(ctx, caller, in.Intent, hits)
+	hits = append(hits, e.operationMatches(ctx, caller, in, req.Scope)...)
+	// Candidates and blocked entries are built only for the matches the
+	// report keeps: the cap is what bounds the answer.
+	cands, blocked := make([]*hit, 0, len(hits)), []*hit{}
+	rc, rb := make([]promcp.Ranked, 0, len(hits)), []promcp.Ranked{}
+	for i := range hits {
+		h := &hits[i]
+		r := promcp.Ranked{Confidence: h.m.confidence, Permission: h.d.permission}
+		if h.d.permission == promcp.Allowed || h.d.permission == promcp.RequiresHumanApproval {
+			cands, rc = append(cands, h), append(rc, r)
+		} else {
+			blocked, rb = append(blocked, h), append(rb, r)
 		}
 	}
-	// The dry runs go in parallel: an adopted device is asked its own
-	// judgement (assess), and one hung device must cost the others
-	// nothing, as the mesh asks its peers in parallel.
-	var wg sync.WaitGroup
-	for i := range ms {
-		wg.Go(func() { ms[i].d = e.dryRun(ctx, ms[i].pt, caller, in.Intent) })
+	limit := req.MaxCandidates
+	if limit <= 0 {
+		limit = promcp.DefaultMaxCandidates
 	}
-	wg.Wait()
-	for _, x := range ms {
-		pt, m, d := x.pt, x.m, x.d
-		if d.permission == promcp.Allowed || d.permission == promcp.RequiresHumanApproval {
-			rep.Candidates = append(rep.Candidates, e.candidate(ctx, pt, m, d, now))
-			continue
-		}
-		b := promcp.Blocked{
-			Capability: pt.tool, Source: e.deviceID(), Permission: d.permission, Reason: d.reason,
-			Confidence: m.confidence, MatchReasons: m.reasons, AdoptedFrom: pt.adopted,
-		}
-		if pt.adopted != nil && d.permission == promcp.SourceUnreachable {
-			// PhysMCP's word for a lost device, as its blocked entries name it
-			b.Reason = "device_offline: " + b.Reason
-		}
-		if !d.clearsAt.IsZero() {
-			b.ClearsAt = promcp.Time(d.clearsAt)
-			details := fmt.Sprintf("may clear at %s", b.ClearsAt)
-			b.Details = &details
-		}
-		rep.Blocked = append(rep.Blocked, b)
+	keepC, keepB, omitted := promcp.Cap(limit, rc, rb)
+	for _, i := range keepC {
+		rep.Candidates = append(rep.Candidates, e.hitCandidate(ctx, in, cands[i], now))
 	}
-	e.operationMatches(ctx, caller, &rep, in, req.Scope, now)
-	slices.SortStableFunc(rep.Candidates, func(a, b promcp.Candidate) int {
-		return -cmpFloat(a.Confidence, b.Confidence)
-	})
-	if len(rep.Candidates) == 0 && len(rep.Blocked) == 0 {
+	for _, i := range keepB {
+		rep.Blocked = append(rep.Blocked, e.hitBlocked(in, blocked[i]))
+	}
+	rep.Metadata.Omitted = omitted
+	if len(cands) == 0 && len(blocked) == 0 {
 		rep.Unroutable = append(rep.Unroutable, promcp.Unroutable{
 			Outcome: promcp.OutcomeUnroutable,
 			Reason:  promcp.NoProducer,
@@ -288,16 +280,6 @@ func (e *Engine) CanDo(ctx context.Context, caller Caller, req promcp.CanDoReque
 	}
 	e.relatedReads(&rep, in.Intent)
 	return e.sealReport(rep, start), nil
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func actionPhrase(action string) string {
@@ -415,7 +397,7 @@ func (e *Engine) assess(ctx context.Context, pt *point, a drivers.Assessor, valu
 	return deny(promcp.Permission(perm), "the device itself answers %s: %s", perm, reason)
 }
 
-func (e *Engine) candidate(ctx context.Context, pt *point, m match, d decision, now time.Time) promcp.Candidate {
+func (e *Engine) candidate(ctx context.Context, pt *point, m match, reasons []string, d decision, now time.Time) promcp.Candidate {
 	c := pt.c
 	cand := promcp.Candidate{
 		Capability:   pt.tool,
@@ -430,7 +412,7 @@ func (e *Engine) candidate(ctx context.Context, pt *point, m match, d decision, 
 		},
 		SideEffects:  sideEffects(c),
 		DeviceID:     e.deviceID(),
-		MatchReasons: m.reasons,
+		MatchReasons: reasons,
 		AdoptedFrom:  pt.adopted,
 	}
 	if cand.Constraints.EnumValues == nil {
@@ -520,36 +502,6 @@ func (e *Engine) currentState(ctx context.Context, pt *point) promcp.CurrentStat
 	return st
 }
 
-// relatedReads lists read tools that share tags with the intent, with what
-// the cache already knows of them (can_do does not read them all).
-func (e *Engine) relatedReads(rep *promcp.CapabilityReport, in promcp.Intent) {
-	for _, t := range e.tools {
-		if t.Kind != ToolRead {
-			continue
-		}
-		pt := e.points[t.Name]
-		shared := false
-		for _, tag := range in.SemanticTags {
-			if slices.Contains(pt.c.SemanticTags, strings.ToLower(strings.TrimSpace(tag))) {
-				shared = true
-				break
-			}
-		}
-		if !shared {
-			continue
-		}
-		rep.Context.RelatedReads = append(rep.Context.RelatedReads, pt.tool)
-		pt.mu.Lock()
-		r := pt.last
-		pt.mu.Unlock()
-		if r != nil {
-			rep.Context.CurrentObservations[pt.tool] = map[string]any{
-				"value": r.value, "unit": unitOf(pt.c), "timestamp": r.stamp,
-			}
-		}
-	}
-}
-
 // sealReport completes the report and counts the call.
 func (e *Engine) sealReport(rep promcp.CapabilityReport, start time.Time) promcp.CapabilityReport {
 	took := time.Since(start)
@@ -568,6 +520,7 @@ func (e *Engine) sealReport(rep promcp.CapabilityReport, start time.Time) promcp
 		TotalLatencyMs: took.Round(time.Millisecond).Milliseconds(),
 		DeviceID:       e.deviceID(),
 		PromcpBase:     promcp.BaseVersion,
+		Omitted:        rep.Metadata.Omitted,
 	}
 	return rep
 }

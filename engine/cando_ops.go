@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"strings"
 	"time"
@@ -38,13 +37,12 @@ func opVocabulary(t Tool) *point {
 	return pt
 }
 
-// operationMatches adds the operations matching in to rep.
-func (e *Engine) operationMatches(ctx context.Context, caller Caller, rep *promcp.CapabilityReport, in query, scope []string, now time.Time) {
-	for _, t := range e.tools {
-		if t.Kind != ToolStart && t.Kind != ToolCancel && t.Kind != ToolSequence {
-			continue
-		}
-		vp := opVocabulary(t)
+// operationMatches are the operations' tools matching in, checked.
+func (e *Engine) operationMatches(ctx context.Context, caller Caller, in query, scope []string) []hit {
+	var hits []hit
+	for _, i := range e.canDoIndex().ops {
+		t := &e.tools[i]
+		vp := opVocabulary(*t)
 		if !e.inScope(vp, scope) && !e.inScope(&point{c: &manifest.Capability{Name: t.Operation.Name}, tool: t.Name}, scope) {
 			continue
 		}
@@ -52,20 +50,10 @@ func (e *Engine) operationMatches(ctx context.Context, caller Caller, rep *promc
 		if !ok {
 			continue
 		}
-		d, driven := e.opDryRun(ctx, t, caller, in.Intent)
-		if d.permission != promcp.Allowed && d.permission != promcp.RequiresHumanApproval {
-			b := promcp.Blocked{Capability: t.Name, Source: e.deviceID(), Permission: d.permission, Reason: d.reason,
-				Confidence: m.confidence, MatchReasons: m.reasons}
-			if !d.clearsAt.IsZero() {
-				b.ClearsAt = promcp.Time(d.clearsAt)
-				details := fmt.Sprintf("may clear at %s", b.ClearsAt)
-				b.Details = &details
-			}
-			rep.Blocked = append(rep.Blocked, b)
-			continue
-		}
-		rep.Candidates = append(rep.Candidates, e.opCandidate(ctx, t, driven, m, d, now))
+		d, driven := e.opDryRun(ctx, *t, caller, in.Intent)
+		hits = append(hits, hit{pt: driven, op: t, vocab: vp, m: m, d: d})
 	}
+	return hits
 }
 
 // opDryRun checks an operation tool for caller without acting; driven is the
@@ -110,14 +98,14 @@ func (e *Engine) opDryRun(ctx context.Context, t Tool, caller Caller, in promcp.
 	return d, pt
 }
 
-func (e *Engine) opCandidate(ctx context.Context, t Tool, driven *point, m match, d decision, now time.Time) promcp.Candidate {
+func (e *Engine) opCandidate(ctx context.Context, t Tool, driven *point, m match, reasons []string, d decision, now time.Time) promcp.Candidate {
 	o := t.Operation
 	cand := promcp.Candidate{
 		Capability: t.Name, Source: e.deviceID(), Confidence: m.confidence, Permission: d.permission,
 		CurrentState: promcp.CurrentState{Timestamp: promcp.Time(now)},
 		Constraints:  promcp.Constraints{EnumValues: []string{}, MinRole: string(o.RequiresPermission)},
 		SideEffects:  append([]string{}, o.SideEffects...),
-		DeviceID:     e.deviceID(), MatchReasons: m.reasons,
+		DeviceID:     e.deviceID(), MatchReasons: reasons,
 		ValidUntil: promcp.Time(now.Add(limitedValidity)),
 	}
 	var est time.Duration

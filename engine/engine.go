@@ -84,6 +84,12 @@ type Engine struct {
 	busCounts   map[string]*busCounters // by bus name
 	canDoCounts toolCounters
 	callLatency [len(verbs)]histogram
+
+	// index finds can_do's matches (cando_index.go).
+	index struct {
+		once sync.Once
+		x    *canDoIndex
+	}
 }
 
 // point is a capability bound to its driver, with its read cache and limits.

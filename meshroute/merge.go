@@ -95,6 +95,7 @@ func merge(out *promcp.CapabilityReport, p mesh.Peer, rep promcp.CapabilityRepor
 			found = true
 		}
 	}
+	out.Metadata.Omitted = promcp.MergeOmitted(out.Metadata.Omitted, rep.Metadata.Omitted)
 	for _, rr := range rep.Context.RelatedReads {
 		if !strings.Contains(rr, ".") {
 			rr = p.DeviceID + "." + rr // PhysMCP names remote reads node.tool

@@ -118,6 +118,8 @@ func CanDoInputSchema() Schema {
 		"intent": intent("What you want to do. Required unless you give its alias query instead (never both)."),
 		"query":  intent("PhysMCP alias of intent: give intent or query, exactly one."),
 		"scope":  stringArray("Limit the answer to these capabilities, tools or device ids."),
+		"max_candidates": Schema{"type": "integer", "minimum": 1,
+			"description": fmt.Sprintf("List at most this many candidates, and this many blocked entries, the best matches first (default %d); metadata.omitted counts the rest.", DefaultMaxCandidates)},
 	})
 	s["description"] = "Give exactly one of intent and its PhysMCP alias query; neither or both is answered as malformed_request."
 	s["additionalProperties"] = false
@@ -204,6 +206,7 @@ func CanDoOutputSchema() Schema {
 			"responses_dropped_late": Schema{"type": "integer", "minimum": 0},
 			"mesh_size_estimate":     Schema{"type": "integer", "minimum": 1},
 			"partition_state":        Schema{"type": "string", "enum": []any{"none", "suspected", "healing"}},
+			"omitted":                omittedSchema,
 		}, "timestamp", "total_latency_ms"),
 	}, "query_id", "feasible", "candidates", "blocked", "unroutable", "context", "metadata")
 }
@@ -285,6 +288,23 @@ var adoptedFromSchema = object(Schema{
 	"source_address":  Schema{"type": "string", "description": "The serial line, command or URL of the source."},
 	"source_protocol": Schema{"type": "string", "enum": []any{manifest.SourceSerial, manifest.SourceStdio, manifest.SourceHTTP}},
 }, "source_address", "source_protocol")
+
+// omittedSchema is what a capped report left out (Omitted).
+var omittedSchema = func() Schema {
+	entries := object(Schema{
+		"count":           Schema{"type": "integer", "minimum": 0},
+		"best_confidence": Schema{"type": "number", "minimum": 0, "maximum": 1},
+		"permissions":     Schema{"type": "object", "additionalProperties": Schema{"type": "integer", "minimum": 1}},
+	}, "count", "best_confidence", "permissions")
+	s := object(Schema{
+		"max_candidates": Schema{"type": "integer", "minimum": 1},
+		"candidates":     entries,
+		"blocked":        entries,
+		"hint":           Schema{"type": "string"},
+	}, "max_candidates", "candidates", "blocked", "hint")
+	s["description"] = "Present when the answer left matches out (max_candidates): how many, by permission, and how to see them."
+	return s
+}()
 
 // endpointSchema names the endpoint that serves a tool (an aggregator's site can_do).
 var endpointSchema = Schema{"type": "string", "description": "Where to call this tool when not here: the MCP endpoint URL of the mesh peer that serves it, or the HTTP path of the group endpoint on an aggregator's site endpoint."}

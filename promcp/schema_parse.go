@@ -3,6 +3,7 @@ package promcp
 import (
 	"crypto/rand"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -15,7 +16,7 @@ import (
 // naming the field.
 func ParseCanDo(args map[string]any) (CanDoRequest, error) {
 	var req CanDoRequest
-	if err := onlyKeys(args, "", "intent", "query", "scope"); err != nil {
+	if err := onlyKeys(args, "", "intent", "query", "scope", "max_candidates"); err != nil {
 		return req, err
 	}
 	intentArg, hasIntent := args["intent"]
@@ -83,7 +84,25 @@ func ParseCanDo(args map[string]any) (CanDoRequest, error) {
 	if req.Scope, err = stringList(args, "", "scope"); err != nil {
 		return req, err
 	}
+	if v, ok := args["max_candidates"]; ok {
+		n, isNumber := v.(float64)
+		if !isNumber || n < 1 || n != math.Trunc(n) {
+			return req, fmt.Errorf("max_candidates must be a whole number of at least 1, not %s", describe(v))
+		}
+		// More than any device has is the same as all of them.
+		req.MaxCandidates = int(min(n, maxCandidatesAsked))
+	}
 	return req, nil
+}
+
+// maxCandidatesAsked bounds max_candidates so that it converts to int exactly.
+const maxCandidatesAsked = 1 << 30
+
+func describe(v any) string {
+	if n, ok := v.(float64); ok {
+		return Number(n)
+	}
+	return jsonKind(v)
 }
 
 func onlyKeys(obj map[string]any, prefix string, allowed ...string) error {

@@ -194,17 +194,20 @@ func TestCanDoInputSchema(t *testing.T) {
 			`{"intent":{"semantic_tags":["heating","setpoint"],"action":"set","target":"heater_setpoint","value":21}}`,
 			`{"query":{"semantic_tags":["heating"],"direction":"increase"},"scope":["do_heater_setpoint"]}`,
 			`{"intent":{"semantic_tags":["door"],"action":"read","location":"hall"}}`,
+			`{"intent":{"semantic_tags":["heating"]},"max_candidates":3}`,
 			// Exactly one of intent and query is ParseCanDo's to enforce:
 			// model APIs reject the top-level anyOf that would say it here.
 			`{}`,
 		},
 		reject: map[string]string{
-			`{"intent":{"semantic_tags":[]}}`:                       "at '/intent/semantic_tags': minItems: got 0, want 1",
-			`{"intent":{"action":"set"}}`:                           "missing property 'semantic_tags'",
-			`{"intent":{"semantic_tags":["a"],"action":"explode"}}`: "at '/intent/action': value must be one of",
-			`{"intent":{"semantic_tags":["a"],"value":{"x":1}}}`:    "at '/intent/value': got object",
-			`{"intent":{"semantic_tags":["a"]},"extra":1}`:          "additional properties 'extra' not allowed",
-			`{"intent":{"semantic_tags":["a"],"colour":"red"}}`:     "additional properties 'colour' not allowed",
+			`{"intent":{"semantic_tags":[]}}`:                         "at '/intent/semantic_tags': minItems: got 0, want 1",
+			`{"intent":{"action":"set"}}`:                             "missing property 'semantic_tags'",
+			`{"intent":{"semantic_tags":["a"],"action":"explode"}}`:   "at '/intent/action': value must be one of",
+			`{"intent":{"semantic_tags":["a"],"value":{"x":1}}}`:      "at '/intent/value': got object",
+			`{"intent":{"semantic_tags":["a"]},"extra":1}`:            "additional properties 'extra' not allowed",
+			`{"intent":{"semantic_tags":["a"],"colour":"red"}}`:       "additional properties 'colour' not allowed",
+			`{"intent":{"semantic_tags":["a"]},"max_candidates":0}`:   "at '/max_candidates': minimum: got 0, want 1",
+			`{"intent":{"semantic_tags":["a"]},"max_candidates":2.5}`: "at '/max_candidates': got number, want integer",
 		},
 	}.run(t)
 }
@@ -243,6 +246,12 @@ func TestCanDoOutputSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	capped := report
+	_, _, capped.Metadata.Omitted = Cap(1, []Ranked{{0.9, Allowed, false}, {0.5, RequiresHumanApproval, false}}, []Ranked{{0.4, CooldownActive, false}})
+	cappedJSON, err := json.Marshal(capped)
+	if err != nil {
+		t.Fatal(err)
+	}
 	malformed, err := json.Marshal(MalformedRequestReport("intent is required", "d1", time.Now()))
 	if err != nil {
 		t.Fatal(err)
@@ -250,8 +259,9 @@ func TestCanDoOutputSchema(t *testing.T) {
 	schemaCase{
 		name:   "capability report",
 		schema: CanDoOutputSchema(),
-		accept: []string{string(good), string(malformed)},
+		accept: []string{string(good), string(malformed), string(cappedJSON)},
 		reject: map[string]string{
+			strings.Replace(string(cappedJSON), `"count":1`, `"count":-1`, 1):                   "at '/metadata/omitted/candidates/count': minimum: got -1, want 0",
 			strings.Replace(string(good), `"valid_until":"`+ts+`",`, ``, 1):                     "at '/candidates/0': missing property 'valid_until'",
 			strings.Replace(string(good), `"confidence":0.92`, `"confidence":1.2`, 1):           "at '/candidates/0/confidence': maximum: got 1.2, want 1",
 			strings.Replace(string(good), `"permission":"allowed"`, `"permission":"x_ok"`, 1):   "at '/candidates/0/permission': value must be one of",
@@ -311,10 +321,22 @@ func TestParseCanDo(t *testing.T) {
 		`{"intent":{"semantic_tags":["a"],"colour":"red"}}`:                      "unknown field intent.colour",
 		`{"intent":{"semantic_tags":["a"]},"scope":"x"}`:                         "scope must be an array of strings",
 		`{"intent":{"semantic_tags":["a"]},"limit":3}`:                           "unknown field limit",
+		`{"intent":{"semantic_tags":["a"]},"max_candidates":0}`:                  "max_candidates must be a whole number of at least 1, not 0",
+		`{"intent":{"semantic_tags":["a"]},"max_candidates":2.5}`:                "max_candidates must be a whole number of at least 1, not 2.5",
+		`{"intent":{"semantic_tags":["a"]},"max_candidates":"3"}`:                "max_candidates must be a whole number of at least 1, not a string",
 	}
 	for doc, want := range bad {
 		if _, err := parse(doc); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v, want an error containing %q", doc, err, want)
+		}
+	}
+	for doc, want := range map[string]int{
+		`{"intent":{"semantic_tags":["a"]}}`:                       0,
+		`{"intent":{"semantic_tags":["a"]},"max_candidates":3}`:    3,
+		`{"intent":{"semantic_tags":["a"]},"max_candidates":1e40}`: maxCandidatesAsked,
+	} {
+		if req, err := parse(doc); err != nil || req.MaxCandidates != want {
+			t.Errorf("%s: max_candidates %d (%v), want %d", doc, req.MaxCandidates, err, want)
 		}
 	}
 	if _, err := ParseCanDo(nil); err == nil {

@@ -130,6 +130,9 @@ var Actions = []string{"read", "create", "update", "delete", "toggle", "increase
 type CanDoRequest struct {
 	Intent Intent   `json:"intent"`
 	Scope  []string `json:"scope,omitempty"`
+	// MaxCandidates caps the candidates and the blocked entries listed, each
+	// (PhysMCP extension); 0 means DefaultMaxCandidates.
+	MaxCandidates int `json:"max_candidates,omitempty"`
 }
 
 // CurrentState is a candidate's last known value.
@@ -235,6 +238,9 @@ type ReportMetadata struct {
 	// Extensions.
 	DeviceID   string `json:"device_id,omitempty"`
 	PromcpBase string `json:"promcp_base,omitempty"`
+	// Omitted says what the cap on candidates and blocked entries left
+	// out; nil when nothing was.
+	Omitted *Omitted `json:"omitted,omitempty"`
 	// Mesh is how a mesh node coordinated the query (PhysMCP); nil on a
 	// device that is not in a mesh.
 	*MeshMetadata
