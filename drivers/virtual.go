@@ -68,3 +68,11 @@ func IdempotencyKey(ctx context.Context) string {
 type Assessor interface {
 	Assess(ctx context.Context, value Value) (permission, reason string, err error)
 }
+
+// Liveness is a point whose device can be known to be away without asking
+// it (an adopted device the mesh lists as dead): Offline says why, and nil
+// while the device may answer. can_do then blocks the point as unreachable
+// at once, even while a reading from before is still cached.
+type Liveness interface {
+	Offline() error
+}

@@ -331,6 +331,11 @@ func (e *Engine) dryRun(ctx context.Context, pt *point, caller Caller, in promcp
 		blocked.clearsAt = clearsAt
 		return blocked
 	}
+	if l, ok := pt.drv.(drivers.Liveness); ok {
+		if err := l.Offline(); err != nil {
+			return deny(promcp.SourceUnreachable, "%v", err)
+		}
+	}
 	if pt.c.Kind == manifest.KindDo {
 		if il := e.interlocks(ctx, pt, d.value, false); il.permission != promcp.Allowed {
 			return il

@@ -17,12 +17,13 @@ import (
 // instead of scoring every capability: an intent about one zone of a site
 // looks at the capabilities that carry its tags or its target's words.
 // (The device's location, the zone, rules the whole device in or out at
-// once: see elsewhere.) The tools never change while the engine runs, so
-// the index is built once, at the first can_do.
+// once: see elsewhere.) The tools of a catalog never change (adopting a
+// device makes a new catalog), so each catalog's index is built once, at
+// its first can_do.
 
 type canDoIndex struct {
 	// byWord: a semantic tag or a word of a capability's name → the
-	// read_* and do_* tools (positions in e.tools, ascending) whose
+	// read_* and do_* tools (positions in the catalog's tools, ascending) whose
 	// vocabulary holds it.
 	byWord map[string][]int
 	// readsByTag: a semantic tag → the read_* tools that declare it, for
@@ -32,13 +33,13 @@ type canDoIndex struct {
 	ops []int
 }
 
-func (e *Engine) canDoIndex() *canDoIndex {
-	e.index.once.Do(func() {
+func (cat *catalog) canDoIndex() *canDoIndex {
+	cat.index.once.Do(func() {
 		x := &canDoIndex{byWord: map[string][]int{}, readsByTag: map[string][]int{}}
-		for i, t := range e.tools {
+		for i, t := range cat.tools {
 			switch t.Kind {
 			case ToolRead, ToolDo:
-				pt := e.points[t.Name]
+				pt := cat.points[t.Name]
 				for w := range pt.vocab {
 					x.byWord[w] = append(x.byWord[w], i)
 				}
@@ -51,12 +52,12 @@ func (e *Engine) canDoIndex() *canDoIndex {
 				x.ops = append(x.ops, i)
 			}
 		}
-		e.index.x = x
+		cat.index.x = x
 	})
-	return e.index.x
+	return cat.index.x
 }
 
-// lookup is the tools (positions in e.tools, ascending, each once) listed
+// lookup is the tools (positions in the catalog's tools, ascending, each once) listed
 // under any of words.
 func lookup(in map[string][]int, words []string) []int {
 	var out []int
@@ -84,10 +85,11 @@ type hit struct {
 // engine's order. Only the tools that carry one of the intent's tags, or a
 // word of its target, can match (see match), and only those are scored.
 func (e *Engine) pointMatches(in query, scope []string) []hit {
-	found := lookup(e.canDoIndex().byWord, append(slices.Clip(in.tags), in.targetWords...))
+	cat := e.catalog()
+	found := lookup(cat.canDoIndex().byWord, append(slices.Clip(in.tags), in.targetWords...))
 	hits := make([]hit, 0, len(found))
 	for _, i := range found {
-		pt := e.points[e.tools[i].Name]
+		pt := cat.points[cat.tools[i].Name]
 		if !e.inScope(pt, scope) {
 			continue
 		}
@@ -166,8 +168,9 @@ func (e *Engine) relatedReads(rep *promcp.CapabilityReport, in promcp.Intent) {
 	for i, t := range in.SemanticTags {
 		tags[i] = strings.ToLower(strings.TrimSpace(t))
 	}
-	for _, i := range lookup(e.canDoIndex().readsByTag, tags) {
-		pt := e.points[e.tools[i].Name]
+	cat := e.catalog()
+	for _, i := range lookup(cat.canDoIndex().readsByTag, tags) {
+		pt := cat.points[cat.tools[i].Name]
 		rep.Context.RelatedReads = append(rep.Context.RelatedReads, pt.tool)
 		pt.mu.Lock()
 		r := pt.last

@@ -40,8 +40,9 @@ func opVocabulary(t Tool) *point {
 // operationMatches are the operations' tools matching in, checked.
 func (e *Engine) operationMatches(ctx context.Context, caller Caller, in query, scope []string) []hit {
 	var hits []hit
-	for _, i := range e.canDoIndex().ops {
-		t := &e.tools[i]
+	cat := e.catalog()
+	for _, i := range cat.canDoIndex().ops {
+		t := &cat.tools[i]
 		vp := opVocabulary(*t)
 		if !e.inScope(vp, scope) && !e.inScope(&point{c: &manifest.Capability{Name: t.Operation.Name}, tool: t.Name}, scope) {
 			continue
@@ -72,14 +73,14 @@ func (e *Engine) opDryRun(ctx context.Context, t Tool, caller Caller, in promcp.
 					return deny(d.permission, "step %d (%s): %s", i+1, s.Tool, d.reason), nil
 				}
 			}
-			d := e.dryRun(ctx, e.points[target], caller, promcp.Intent{Action: "set", Value: s.Value})
+			d := e.dryRun(ctx, e.catalog().points[target], caller, promcp.Intent{Action: "set", Value: s.Value})
 			if d.permission != promcp.Allowed {
 				return deny(d.permission, "step %d (%s %v): %s", i+1, s.Tool, s.Value, d.reason), nil
 			}
 		}
 		return allow(), nil
 	}
-	pt := e.points[o.Target.ToolName()]
+	pt := e.catalog().points[o.Target.ToolName()]
 	if t.Kind == ToolCancel {
 		if clearsAt, err := e.breakerBlocks(pt); err != nil {
 			blocked := deny(promcp.SourceUnreachable, "the device does not answer: %v", err)
@@ -130,7 +131,7 @@ func (e *Engine) opCandidate(ctx context.Context, t Tool, driven *point, m match
 			if s.Start != nil {
 				target = s.Start.Target.ToolName()
 			}
-			est += 3 * e.points[target].estimatedLatency()
+			est += 3 * e.catalog().points[target].estimatedLatency()
 		}
 	}
 	cand.EstimatedLatencyMs = int64(math.Ceil(float64(est) / float64(time.Millisecond)))

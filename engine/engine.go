@@ -53,7 +53,6 @@ type Engine struct {
 	log    *slog.Logger
 	idem   IdempotencyStore
 	quorum Quorum
-	buses  map[string]drivers.Bus
 	synced func() bool // Options.ClockSynced
 
 	history LimitStore
@@ -63,12 +62,13 @@ type Engine struct {
 	lastDo      time.Time // the latest do_* call, for the dead man
 	deadTripped bool      // the safe state was applied since lastDo
 
-	tools  []Tool
-	points map[string]*point // by tool name
-	// byLocation groups points that address the same register or line, so a
-	// write invalidates the cached reads that would otherwise hide it.
-	byLocation map[string][]*point
-	sites      map[string]*site // by location
+	// cat is what the engine serves: tools, points, buses (catalog.go).
+	cat atomic.Pointer[catalog]
+	// adoptMu orders changes of the catalog; sites are shared by the
+	// points of every catalog (written under it).
+	adoptMu  sync.Mutex
+	sites    map[string]*site // by location
+	onChange []func()
 
 	inflight sync.Mutex
 	running  map[string]*keyedCall // do_* calls in progress, by idempotency key
@@ -80,16 +80,9 @@ type Engine struct {
 	watches watches // subscriptions to readings (watch.go)
 	events  events  // listeners to device changes (events.go)
 
-	// Counters for Stats (stats.go).
-	busCounts   map[string]*busCounters // by bus name
+	// Counters for Stats (stats.go); the buses' are in the catalog.
 	canDoCounts toolCounters
 	callLatency [len(verbs)]histogram
-
-	// index finds can_do's matches (cando_index.go).
-	index struct {
-		once sync.Once
-		x    *canDoIndex
-	}
 }
 
 // point is a capability bound to its driver, with its read cache and limits.
@@ -150,21 +143,17 @@ type reading struct {
 // New binds every capability of m to its bus in buses (keyed by bus name).
 func New(m *manifest.Manifest, p *policy.Policy, buses map[string]drivers.Bus, opts Options) (*Engine, error) {
 	e := &Engine{
-		m:          m,
-		p:          p,
-		now:        opts.Now,
-		log:        opts.Logger,
-		idem:       opts.Idempotency,
-		quorum:     opts.Quorum,
-		buses:      buses,
-		synced:     opts.ClockSynced,
-		history:    opts.Limits,
-		auditFn:    opts.Audit,
-		points:     map[string]*point{},
-		byLocation: map[string][]*point{},
-		sites:      map[string]*site{},
-		running:    map[string]*keyedCall{},
-		busCounts:  map[string]*busCounters{},
+		m:       m,
+		p:       p,
+		now:     opts.Now,
+		log:     opts.Logger,
+		idem:    opts.Idempotency,
+		quorum:  opts.Quorum,
+		synced:  opts.ClockSynced,
+		history: opts.Limits,
+		auditFn: opts.Audit,
+		sites:   map[string]*site{},
+		running: map[string]*keyedCall{},
 	}
 	if e.now == nil {
 		e.now = time.Now
@@ -178,51 +167,18 @@ func New(m *manifest.Manifest, p *policy.Policy, buses map[string]drivers.Bus, o
 	if e.synced == nil {
 		e.synced = func() bool { return true }
 	}
+	cat := &catalog{m: m, points: map[string]*point{}, byLocation: map[string][]*point{}, buses: buses, busCounts: map[string]*busCounters{}}
 	for _, c := range m.Capabilities {
 		bus, ok := buses[c.Binding.Bus]
 		if !ok {
 			return nil, fmt.Errorf("capability %s: bus %q was not opened", c.ToolName(), c.Binding.Bus)
 		}
-		drv, err := drivers.BindWith(bus, c, drivers.BindOptions{Now: e.now})
-		if err != nil {
-			return nil, fmt.Errorf("capability %s: %w", c.ToolName(), err)
-		}
-		pt := &point{c: c, tool: c.ToolName(), drv: drv, busType: c.Binding.Type, location: locationKey(c), nameWords: words(c.Name), adopted: m.AdoptedFrom(c)}
-		pt.outage, _ = drv.(drivers.Outage)
-		if pt.bus = e.busCounts[c.Binding.Bus]; pt.bus == nil {
-			pt.bus = &busCounters{name: c.Binding.Bus, typ: c.Binding.Type}
-			e.busCounts[c.Binding.Bus] = pt.bus
-		}
-		pt.vocab = map[string]bool{}
-		for _, t := range c.SemanticTags {
-			pt.vocab[strings.ToLower(t)] = true
-		}
-		for _, w := range pt.nameWords {
-			pt.vocab[w] = true
-		}
-		if pt.site = e.sites[pt.location]; pt.site == nil {
-			pt.site = &site{key: pt.location}
-			e.sites[pt.location] = pt.site
-		}
-		e.points[pt.tool] = pt
-		e.byLocation[pt.location] = append(e.byLocation[pt.location], pt)
-		e.tools = append(e.tools, Tool{Name: pt.tool, Kind: ToolKind(c.Kind), Capability: c})
-	}
-	for _, c := range m.Capabilities {
-		if c.Kind == manifest.KindRead && c.Streamable {
-			e.tools = append(e.tools, Tool{Name: c.StreamTool(), Kind: ToolStream, Capability: c})
+		if err := e.bind(cat, c, bus); err != nil {
+			return nil, err
 		}
 	}
-	for _, o := range m.Operations {
-		if o.Kind == manifest.KindSequence {
-			e.tools = append(e.tools, Tool{Name: o.SequenceTool(), Kind: ToolSequence, Operation: o})
-			continue
-		}
-		e.tools = append(e.tools, Tool{Name: o.StartTool(), Kind: ToolStart, Operation: o},
-			Tool{Name: o.StatusTool(), Kind: ToolStatus, Operation: o},
-			Tool{Name: o.CancelTool(), Kind: ToolCancel, Operation: o})
-	}
-	e.tools = append(e.tools, Tool{Name: "can_do", Kind: ToolCanDo})
+	cat.tools = toolList(m)
+	e.cat.Store(cat)
 	if err := e.restoreLimits(); err != nil {
 		return nil, err
 	}
@@ -255,17 +211,70 @@ func locationKey(c *manifest.Capability) string {
 	return b.Bus + "/" + c.ToolName()
 }
 
-// Manifest returns the device model the engine serves.
-func (e *Engine) Manifest() *manifest.Manifest { return e.m }
+// bind binds capability c to bus and adds its point to cat.
+func (e *Engine) bind(cat *catalog, c *manifest.Capability, bus drivers.Bus) error {
+	drv, err := drivers.BindWith(bus, c, drivers.BindOptions{Now: e.now})
+	if err != nil {
+		return fmt.Errorf("capability %s: %w", c.ToolName(), err)
+	}
+	pt := &point{c: c, tool: c.ToolName(), drv: drv, busType: c.Binding.Type, location: locationKey(c), nameWords: words(c.Name), adopted: cat.m.AdoptedFrom(c)}
+	pt.outage, _ = drv.(drivers.Outage)
+	if pt.bus = cat.busCounts[c.Binding.Bus]; pt.bus == nil {
+		pt.bus = &busCounters{name: c.Binding.Bus, typ: c.Binding.Type}
+		cat.busCounts[c.Binding.Bus] = pt.bus
+	}
+	pt.vocab = map[string]bool{}
+	for _, t := range c.SemanticTags {
+		pt.vocab[strings.ToLower(t)] = true
+	}
+	for _, w := range pt.nameWords {
+		pt.vocab[w] = true
+	}
+	if pt.site = e.sites[pt.location]; pt.site == nil {
+		pt.site = &site{key: pt.location}
+		e.sites[pt.location] = pt.site
+	}
+	cat.points[pt.tool] = pt
+	cat.byLocation[pt.location] = append(cat.byLocation[pt.location], pt)
+	return nil
+}
+
+// toolList is the tools of m: its capabilities' read_* and do_* in manifest
+// order, then stream_*, then the operations' tools, then can_do (last).
+func toolList(m *manifest.Manifest) []Tool {
+	var tools []Tool
+	for _, c := range m.Capabilities {
+		tools = append(tools, Tool{Name: c.ToolName(), Kind: ToolKind(c.Kind), Capability: c})
+	}
+	for _, c := range m.Capabilities {
+		if c.Kind == manifest.KindRead && c.Streamable {
+			tools = append(tools, Tool{Name: c.StreamTool(), Kind: ToolStream, Capability: c})
+		}
+	}
+	for _, o := range m.Operations {
+		if o.Kind == manifest.KindSequence {
+			tools = append(tools, Tool{Name: o.SequenceTool(), Kind: ToolSequence, Operation: o})
+			continue
+		}
+		tools = append(tools, Tool{Name: o.StartTool(), Kind: ToolStart, Operation: o},
+			Tool{Name: o.StatusTool(), Kind: ToolStatus, Operation: o},
+			Tool{Name: o.CancelTool(), Kind: ToolCancel, Operation: o})
+	}
+	return append(tools, Tool{Name: "can_do", Kind: ToolCanDo})
+}
+
+// Manifest returns the device model the engine serves: the manifest's,
+// with the capabilities adopted since start-up (catalog.go).
+func (e *Engine) Manifest() *manifest.Manifest { return e.catalog().m }
 
 // Policy returns the policy in force (nil when none was given).
 func (e *Engine) Policy() *policy.Policy { return e.p }
 
 // Tools lists read_* and do_* in manifest order, then the operations' tools, then can_do.
-func (e *Engine) Tools() []Tool { return append([]Tool(nil), e.tools...) }
+func (e *Engine) Tools() []Tool { return append([]Tool(nil), e.catalog().tools...) }
 
 func (e *Engine) lookup(tool string, kind manifest.Kind) (*point, error) {
-	pt, ok := e.points[tool]
+	pt, ok := e.catalog().points[tool]
 	if !ok || pt.c.Kind != kind {
 		return nil, fmt.Errorf("%w %q", ErrUnknownTool, tool)
 	}
@@ -277,7 +286,7 @@ func (e *Engine) Close() error {
 	e.stopOperations(func(*point) bool { return true }, "physmcpd stopped")
 	e.stopWatchers()
 	var errs []error
-	for name, b := range e.buses {
+	for name, b := range e.catalog().buses {
 		if err := b.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("bus %s: %w", name, err))
 		}

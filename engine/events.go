@@ -64,8 +64,9 @@ func (e *Engine) deviceChanged(d *device, pt *point, change string) {
 		return
 	}
 	ev := DeviceEvent{Change: change, Health: d.health(pt.c.Binding.Bus), At: e.now()}
-	for _, t := range e.tools {
-		if other := e.points[t.Name]; other != nil && e.device(other) == d {
+	cat := e.catalog()
+	for _, t := range cat.tools {
+		if other := cat.points[t.Name]; other != nil && e.device(other) == d {
 			ev.Health.Tools = append(ev.Health.Tools, t.Name)
 		}
 	}

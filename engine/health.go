@@ -88,7 +88,7 @@ func (e *Engine) sweep() error {
 	now := e.now()
 	var worst *point
 	var worstOver, worstRan time.Duration
-	for _, pt := range e.points {
+	for _, pt := range e.catalog().points {
 		start := pt.oldest()
 		if start.IsZero() {
 			continue

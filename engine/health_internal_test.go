@@ -10,7 +10,8 @@ import (
 // An engine lock held for good (a deadlock) fails the health check at its
 // deadline instead of hanging the watchdog.
 func TestHealthAnswersByItsDeadline(t *testing.T) {
-	e := &Engine{now: time.Now, points: map[string]*point{}}
+	e := &Engine{now: time.Now}
+	e.cat.Store(&catalog{points: map[string]*point{}})
 	e.deadMu.Lock()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()

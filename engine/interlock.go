@@ -22,7 +22,7 @@ func (e *Engine) interlocks(ctx context.Context, pt *point, value any, fresh boo
 		if value != nil && !il.Applies(value) {
 			continue
 		}
-		src := e.points[il.Source.ToolName()]
+		src := e.catalog().points[il.Source.ToolName()]
 		r, perm, why := e.conditionReading(ctx, src, fresh)
 		if r == nil {
 			return deny(perm, "interlock %s cannot be checked, so %s may not act: %s", condition(il), pt.tool, why)

@@ -143,7 +143,7 @@ func (e *Engine) loadOperations(store OperationStore) error {
 		}
 		op := &runningOp{rec: r, o: o, changed: make(chan struct{})}
 		if o.Kind == manifest.KindStart {
-			op.pt = e.points[o.Target.ToolName()]
+			op.pt = e.catalog().points[o.Target.ToolName()]
 		}
 		if r.State == promcp.OpRunning {
 			op.rec.State, op.rec.Ended, op.rec.Updated = promcp.OpFailed, now, now

@@ -116,7 +116,7 @@ func (e *Engine) restoreLimits() error {
 		return fmt.Errorf("load the write history (cooldowns, rate limits): %w", err)
 	}
 	for tool, h := range hist {
-		pt, ok := e.points[tool]
+		pt, ok := e.catalog().points[tool]
 		if !ok || pt.c.Kind != manifest.KindDo {
 			e.log.Warn("write history of a tool the manifest no longer has; ignored", "tool", tool)
 			continue
@@ -261,7 +261,7 @@ func (e *Engine) SettleInDoubt(ctx context.Context) error {
 	var errs []error
 	for _, key := range keys {
 		rec := recs[key]
-		pt, ok := e.points[rec.Tool]
+		pt, ok := e.catalog().points[rec.Tool]
 		if !ok || pt.c.Kind != manifest.KindDo {
 			e.log.Warn("in-doubt write for a tool the manifest no longer has; left as is", "tool", rec.Tool, "key", key)
 			continue

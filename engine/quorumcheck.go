@@ -29,7 +29,7 @@ func (e *Engine) runQuorumCheck(ctx context.Context, name string) error {
 	}
 	for _, c := range qc.Conditions {
 		il := c.Interlock
-		src := e.points[il.Source.ToolName()]
+		src := e.catalog().points[il.Source.ToolName()]
 		r, _, why := e.conditionReading(ctx, src, true)
 		if r == nil {
 			return fmt.Errorf("quorum_check %s: %s cannot be checked: %s", name, condition(il), why)

@@ -233,7 +233,7 @@ func (e *Engine) cachedWithin(pt *point, ttl time.Duration) *reading {
 
 // invalidate drops cached readings of every point at the same location.
 func (e *Engine) invalidate(pt *point) {
-	for _, other := range e.byLocation[pt.location] {
+	for _, other := range e.catalog().byLocation[pt.location] {
 		other.mu.Lock()
 		other.last = nil
 		other.gen++

@@ -16,16 +16,17 @@ func (e *Engine) Permits(tool string, role manifest.Role) bool {
 	if tool == "can_do" {
 		return true
 	}
-	for _, t := range e.tools {
+	cat := e.catalog()
+	for _, t := range cat.tools {
 		if t.Name == tool && t.Kind == ToolStream {
-			return e.roleAccess(e.points[t.Capability.ToolName()], role).permission == promcp.Allowed
+			return e.roleAccess(cat.points[t.Capability.ToolName()], role).permission == promcp.Allowed
 		}
 		if t.Name == tool && t.Operation != nil {
 			// read_status_* observes; the others act
 			return t.Kind == ToolStatus || e.opAccess(t.Operation, role).permission == promcp.Allowed
 		}
 	}
-	pt, ok := e.points[tool]
+	pt, ok := cat.points[tool]
 	return ok && e.roleAccess(pt, role).permission == promcp.Allowed
 }
 

@@ -36,11 +36,12 @@ func (e *Engine) applySafeState(ctx context.Context, why string, on func(*point)
 	// A running operation would write again after the safe value.
 	e.stopOperations(on, why)
 	errs := []error{e.SettleInDoubt(ctx)}
-	for _, t := range e.tools {
+	cat := e.catalog()
+	for _, t := range cat.tools {
 		if t.Kind != ToolDo {
 			continue
 		}
-		pt := e.points[t.Name]
+		pt := cat.points[t.Name]
 		if !on(pt) {
 			continue
 		}

@@ -167,7 +167,7 @@ func doOutcome(tool string, args map[string]any, key string, r promcp.DoResponse
 func (e *Engine) sequenceStep(ctx context.Context, caller Caller, s *manifest.Step, key string) (promcp.StepOutcome, bool) {
 	args := stepArguments(s)
 	if s.Do != nil {
-		r := e.do(ctx, caller, e.points[s.Tool], promcp.DoRequest{Value: s.Value, IdempotencyKey: key}, nil)
+		r := e.do(ctx, caller, e.catalog().points[s.Tool], promcp.DoRequest{Value: s.Value, IdempotencyKey: key}, nil)
 		return doOutcome(s.Tool, args, key, r), r.Status != promcp.StatusFailed
 	}
 	r, err := e.Start(ctx, caller, s.Tool, promcp.StartRequest{Value: s.Value, DurationMs: s.DurationMs, IdempotencyKey: key})
@@ -217,7 +217,7 @@ func (e *Engine) undoStep(ctx context.Context, caller Caller, s *manifest.Step, 
 	default:
 		tool, args["value"] = s.Tool, done.Previous
 	}
-	r := e.do(ctx, caller, e.points[tool], promcp.DoRequest{Value: args["value"], IdempotencyKey: key}, nil)
+	r := e.do(ctx, caller, e.catalog().points[tool], promcp.DoRequest{Value: args["value"], IdempotencyKey: key}, nil)
 	return doOutcome(tool, args, key, r), r.Status != promcp.StatusFailed
 }
 

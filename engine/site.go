@@ -60,7 +60,7 @@ func (s *site) charged(seq uint64) bool {
 func (e *Engine) lockWrites(pt *point) (unlock func()) {
 	sites := []*site{pt.site}
 	for _, il := range pt.c.Interlocks {
-		if src, ok := e.points[il.Source.ToolName()]; ok && !slices.Contains(sites, src.site) {
+		if src, ok := e.catalog().points[il.Source.ToolName()]; ok && !slices.Contains(sites, src.site) {
 			sites = append(sites, src.site)
 		}
 	}

@@ -22,7 +22,7 @@ const (
 )
 
 func (e *Engine) operation(tool string, kind ToolKind) (*manifest.Operation, error) {
-	for _, t := range e.tools {
+	for _, t := range e.catalog().tools {
 		if t.Name == tool && t.Kind == kind {
 			return t.Operation, nil
 		}
@@ -59,7 +59,7 @@ func (e *Engine) Start(ctx context.Context, caller Caller, tool string, req prom
 		return promcp.StartResponse{}, err
 	}
 	e.touch()
-	pt := e.points[o.Target.ToolName()]
+	pt := e.catalog().points[o.Target.ToolName()]
 	key := req.IdempotencyKey
 	if key == "" {
 		key = promcp.NewUUID()
@@ -126,7 +126,7 @@ func (e *Engine) Start(ctx context.Context, caller Caller, tool string, req prom
 		State: promcp.OpRunning, Target: d.value, DurationMs: req.DurationMs, From: prev.value, Started: now, Updated: now,
 	}
 	if mv := o.Move; mv != nil {
-		src := e.points[mv.Source.ToolName()]
+		src := e.catalog().points[mv.Source.ToolName()]
 		r, err := e.readFresh(ctx, src)
 		if err != nil {
 			return refuse(failurePermission(err), "could not read %s, which tells when the move is done, so nothing was started: %v", src.tool, err)
@@ -322,7 +322,7 @@ func (e *Engine) runFor(ctx context.Context, op *runningOp) (promcp.OpState, str
 // tolerance of it.
 func (e *Engine) move(ctx context.Context, op *runningOp) (promcp.OpState, string) {
 	mv := op.o.Move
-	src := e.points[mv.Source.ToolName()]
+	src := e.catalog().points[mv.Source.ToolName()]
 	resp, ok := e.stepWrite(ctx, op, op.rec.Target, 1)
 	if !ok {
 		return promcp.OpFailed, stepFailure(1, op.rec.Target, resp)
@@ -397,7 +397,7 @@ func (e *Engine) unknownOperation(o *manifest.Operation, id string) promcp.Statu
 func (e *Engine) status(ctx context.Context, op *runningOp, rec OperationRecord) promcp.StatusResponse {
 	observed := op.pt
 	if mv := op.o.Move; mv != nil {
-		observed = e.points[mv.Source.ToolName()]
+		observed = e.catalog().points[mv.Source.ToolName()]
 	}
 	r := e.observe(ctx, observed)
 	ts := func(t time.Time) *string {
@@ -431,7 +431,7 @@ func (e *Engine) Cancel(ctx context.Context, caller Caller, tool string, req pro
 		return promcp.CancelResponse{}, err
 	}
 	e.touch()
-	pt := e.points[o.Target.ToolName()]
+	pt := e.catalog().points[o.Target.ToolName()]
 	key := req.IdempotencyKey
 	if key == "" {
 		key = promcp.NewUUID()

@@ -137,7 +137,7 @@ func (t *toolCounters) doAnswered(resp promcp.DoResponse, outcome string) {
 // reached the engine, because Permits said no (the HTTP edge answers 403).
 // A tool the engine does not serve is not counted.
 func (e *Engine) NoteRefused(tool string, p promcp.Permission) {
-	if pt, ok := e.points[tool]; ok {
+	if pt, ok := e.catalog().points[tool]; ok {
 		pt.counts.refused(p)
 	} else if tool == "can_do" {
 		e.canDoCounts.refused(p)
@@ -285,10 +285,11 @@ type Stats struct {
 // apart in a copy taken while calls run.
 func (e *Engine) Stats() Stats {
 	s := Stats{CallLatency: map[ToolKind]Histogram{}}
-	for _, t := range e.tools {
+	cat := e.catalog()
+	for _, t := range cat.tools {
 		switch t.Kind {
 		case ToolRead, ToolDo:
-			s.Tools = append(s.Tools, e.points[t.Name].counts.snapshot(t.Name, t.Kind))
+			s.Tools = append(s.Tools, cat.points[t.Name].counts.snapshot(t.Name, t.Kind))
 		case ToolCanDo:
 			s.Tools = append(s.Tools, e.canDoCounts.snapshot(t.Name, t.Kind))
 		}
@@ -296,7 +297,7 @@ func (e *Engine) Stats() Stats {
 	for i, k := range verbs {
 		s.CallLatency[k] = e.callLatency[i].snapshot()
 	}
-	for _, b := range e.busCounts {
+	for _, b := range cat.busCounts {
 		bs := BusStats{Bus: b.name, Type: b.typ, Reads: b.ops[opRead].Load(), Writes: b.ops[opWrite].Load(), Latency: b.latency.snapshot()}
 		for i := range b.errors {
 			bs.Errors[i] = b.errors[i].Load()

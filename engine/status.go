@@ -90,8 +90,9 @@ type DeviceHealth struct {
 func (e *Engine) Devices() []DeviceHealth {
 	var out []DeviceHealth
 	index := map[*device]int{}
-	for _, t := range e.tools {
-		pt := e.points[t.Name]
+	cat := e.catalog()
+	for _, t := range cat.tools {
+		pt := cat.points[t.Name]
 		if pt == nil {
 			continue // can_do
 		}

@@ -198,7 +198,7 @@ func (e *Engine) measured(pt *point) {
 	if w := pt.watch.Load(); w != nil {
 		nudge(w.seen)
 	}
-	for _, other := range e.byLocation[pt.location] {
+	for _, other := range e.catalog().byLocation[pt.location] {
 		if other == pt {
 			continue
 		}
@@ -369,7 +369,7 @@ func (e *Engine) peek(pt *point) (promcp.ReadResponse, bool) {
 func (e *Engine) stopWatchers() {
 	e.watches.mu.Lock()
 	defer e.watches.mu.Unlock()
-	for _, pt := range e.points {
+	for _, pt := range e.catalog().points {
 		if w := pt.watch.Load(); w != nil {
 			w.cancel()
 		}

@@ -1,0 +1,197 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/physmcp/physmcpd/drivers"
+	"github.com/physmcp/physmcpd/manifest"
+)
+
+// catalog is what the engine serves at one moment: the manifest as served,
+// its tools and points, and the buses they are bound to. An aggregator
+// adopts devices while it runs (a device joins the mesh, changes its
+// capabilities, or is forgotten), so a catalog is never changed in place: a
+// change builds a new one and swaps it in whole, and every call works on the
+// catalog it took, untouched by a swap under way.
+type catalog struct {
+	// m is the manifest as served: the file's, plus the capabilities and
+	// buses adopted since start-up.
+	m      *manifest.Manifest
+	tools  []Tool
+	points map[string]*point // by tool name
+	// byLocation groups points that address the same register or line, so a
+	// write invalidates the cached reads that would otherwise hide it.
+	byLocation map[string][]*point
+	buses      map[string]drivers.Bus
+	busCounts  map[string]*busCounters // by bus name
+
+	// index finds can_do's matches (cando_index.go).
+	index struct {
+		once sync.Once
+		x    *canDoIndex
+	}
+}
+
+func (e *Engine) catalog() *catalog { return e.cat.Load() }
+
+// Adopt serves caps, bound to b, as the capabilities of bus (an mcp bus:
+// src says where it adopts from), in place of whatever bus served before:
+// a device learned while the daemon runs, or adopted again after its
+// capabilities changed. A tool kept across the change keeps its cooldown
+// and rate-limit history; a tool new to this run gets its persisted
+// history back. Every tool name must be free on this device. A bus object
+// replaced by b is closed; b itself is closed by Unadopt or Close.
+func (e *Engine) Adopt(src *manifest.Bus, b drivers.Bus, caps []*manifest.Capability) error {
+	if src == nil || src.Name == "" || src.MCP == nil {
+		return errors.New("adopt: an mcp bus with a name is required")
+	}
+	e.adoptMu.Lock()
+	defer e.adoptMu.Unlock()
+	old := e.catalog()
+	if ob, ok := old.m.Buses[src.Name]; ok && ob.MCP == nil {
+		return fmt.Errorf("adopt: bus %s is a %s bus of the manifest", src.Name, ob.Type)
+	}
+	next, retired := old.without(src.Name)
+	for _, c := range caps {
+		if c.Binding.Bus != src.Name {
+			return fmt.Errorf("adopt: capability %s is bound to bus %s, not %s", c.ToolName(), c.Binding.Bus, src.Name)
+		}
+		if pt, taken := next.points[c.ToolName()]; taken {
+			return fmt.Errorf("adopt: %s is already served from bus %s", c.ToolName(), pt.c.Binding.Bus)
+		}
+	}
+	next.m.Buses[src.Name] = src
+	next.buses[src.Name] = b
+	var history map[string]WriteHistory
+	for _, c := range caps {
+		if err := e.bind(next, c, b); err != nil {
+			return fmt.Errorf("adopt: %w", err)
+		}
+		next.m.Capabilities = append(next.m.Capabilities, c)
+		pt := next.points[c.ToolName()]
+		if c.Kind != manifest.KindDo {
+			continue
+		}
+		if before := old.points[pt.tool]; before != nil && before.c.Binding.Bus == src.Name {
+			before.mu.Lock()
+			pt.writes, pt.lastWrite = slices.Clone(before.writes), before.lastWrite
+			before.mu.Unlock()
+			continue
+		}
+		if history == nil && e.history != nil {
+			h, err := e.history.LoadWrites()
+			if err != nil {
+				return fmt.Errorf("adopt: load the write history (cooldowns, rate limits): %w", err)
+			}
+			history = h
+		}
+		if h, ok := history[pt.tool]; ok {
+			pt.writes, pt.lastWrite = slices.Clone(h.Writes), h.Last
+			pt.site.note(pt.tool, Write{At: h.Last, Value: h.LastValue, Seq: h.Seq, Key: h.Key})
+		}
+	}
+	next.tools = toolList(next.m)
+	// The new bus starts with a closed breaker: a device that came back,
+	// or moved, is tried at once.
+	e.faults.devices.Delete(src.Name)
+	e.cat.Store(next)
+	e.retire(retired, "its device was adopted again")
+	if ob := old.buses[src.Name]; ob != nil && ob != b {
+		if err := ob.Close(); err != nil {
+			e.log.Debug("closing a replaced adopted bus", "bus", src.Name, "err", err)
+		}
+	}
+	e.log.Info("adopted", "bus", src.Name, "tools", len(caps), "served", len(next.points))
+	e.changed()
+	return nil
+}
+
+// Unadopt stops serving the capabilities adopted on bus and closes it (a
+// device the mesh forgot). It is a no-op for a bus the engine does not have.
+func (e *Engine) Unadopt(bus string) error {
+	e.adoptMu.Lock()
+	defer e.adoptMu.Unlock()
+	old := e.catalog()
+	ob, ok := old.m.Buses[bus]
+	if !ok {
+		return nil
+	}
+	if ob.MCP == nil {
+		return fmt.Errorf("unadopt: bus %s is a %s bus of the manifest", bus, ob.Type)
+	}
+	next, retired := old.without(bus)
+	delete(next.m.Buses, bus)
+	delete(next.buses, bus)
+	delete(next.busCounts, bus)
+	next.tools = toolList(next.m)
+	e.faults.devices.Delete(bus)
+	e.cat.Store(next)
+	e.retire(retired, "its device is no longer adopted")
+	e.log.Info("no longer adopted", "bus", bus, "tools", len(retired))
+	e.changed()
+	if b := old.buses[bus]; b != nil {
+		return b.Close()
+	}
+	return nil
+}
+
+// OnToolsChange registers f, called after every change of the tools served
+// (Adopt, Unadopt), so transports can list them again.
+func (e *Engine) OnToolsChange(f func()) {
+	e.adoptMu.Lock()
+	defer e.adoptMu.Unlock()
+	e.onChange = append(e.onChange, f)
+}
+
+// changed calls the OnToolsChange listeners; adoptMu is held.
+func (e *Engine) changed() {
+	for _, f := range e.onChange {
+		f()
+	}
+}
+
+// retire stops what runs on points no longer served: their operations and
+// watchers. Calls already under way on them finish.
+func (e *Engine) retire(pts []*point, why string) {
+	if len(pts) == 0 {
+		return
+	}
+	e.stopOperations(func(pt *point) bool { return slices.Contains(pts, pt) }, why)
+	e.watches.mu.Lock()
+	defer e.watches.mu.Unlock()
+	for _, pt := range pts {
+		if w := pt.watch.Load(); w != nil {
+			w.cancel()
+		}
+	}
+}
+
+// without is a copy of c with nothing bound to bus (its bus entries stay):
+// the copy's maps, slices and manifest are its own, the points shared.
+func (c *catalog) without(bus string) (*catalog, []*point) {
+	m := *c.m
+	m.Buses = maps.Clone(c.m.Buses)
+	if m.Buses == nil {
+		m.Buses = map[string]*manifest.Bus{}
+	}
+	m.Capabilities = slices.DeleteFunc(slices.Clone(c.m.Capabilities), func(cap *manifest.Capability) bool { return cap.Binding.Bus == bus })
+	next := &catalog{m: &m, points: map[string]*point{}, byLocation: map[string][]*point{},
+		buses: maps.Clone(c.buses), busCounts: maps.Clone(c.busCounts)}
+	if next.buses == nil {
+		next.buses = map[string]drivers.Bus{}
+	}
+	var retired []*point
+	for name, pt := range c.points {
+		if pt.c.Binding.Bus == bus {
+			retired = append(retired, pt)
+			continue
+		}
+		next.points[name] = pt
+		next.byLocation[pt.location] = append(next.byLocation[pt.location], pt)
+	}
+	return next, retired
+}
