@@ -32,12 +32,11 @@ func ReadOutputSchema(c *manifest.Capability) Schema {
 	return object(Schema{
 		"value":     value,
 		"unit":      unitSchema(c),
-		"timestamp": timestampSchema("When the value was measured (not when it was served), RFC 3339 UTC."),
-		"quality": Schema{"type": "string", "enum": qualities,
-			"description": "good: fresh and reliable; stale: older than its cache TTL, nothing fresher available; degraded: the source answers but the value is implausible; error: no usable value."},
-		"device_id": Schema{"type": "string", "description": "The device that measured the value (PhysMCP extension)."},
-		"detail":    Schema{"type": "string", "description": "Why quality is not good (PhysMCP extension)."},
-		"source":    Schema{"type": "string", "description": "The device that measured the value, when this one adopts it from another (PhysMCP proxy)."},
+		"timestamp": timestampSchema(""),
+		"quality":   Schema{"type": "string", "enum": qualities},
+		"device_id": Schema{"type": "string"},
+		"detail":    Schema{"type": "string"},
+		"source":    Schema{"type": "string"},
 	}, "value", "unit", "timestamp", "quality")
 }
 
@@ -50,7 +49,7 @@ func DoInputSchema(c *manifest.Capability) Schema {
 	s := object(Schema{
 		"value": value,
 		"idempotency_key": Schema{"type": "string", "minLength": 1, "maxLength": 128,
-			"description": "Identifies this operation. Reuse the same key to retry safely: a repeated key returns the first outcome without acting again. Generated (and returned) if absent."},
+			"description": "Reuse the same key to retry safely. Generated (and returned) if absent."},
 	}, "value")
 	s["additionalProperties"] = false
 	return s
@@ -68,24 +67,22 @@ func DoOutputSchema(c *manifest.Capability) Schema {
 		return v
 	}
 	return object(Schema{
-		"status": Schema{"type": "string", "enum": statuses,
-			"description": "success: applied as asked; partial: applied with a change (see applied_value and warnings); failed: nothing was written (see permission and reason)."},
-		"idempotency_key": Schema{"type": "string", "description": "The key of this operation (the caller's, or the one generated); reuse it to retry."},
-		"applied_value":   typed("The value now in effect", "when nothing was applied"),
-		"previous_value":  typed("The value before this operation", "when unknown"),
-		"side_effects":    stringArray("What else changes in the world when this acts."),
-		"compensable":     Schema{"type": "boolean", "description": "Whether the action can be undone (see compensation_hint)."},
-		"compensation_hint": Schema{"type": []any{"string", "null"},
-			"description": "The call that undoes this action, e.g. do_fan_speed value=40; null when not compensable or nothing was applied."},
-		"timestamp": timestampSchema("When the operation completed, RFC 3339 UTC."),
+		"status":            Schema{"type": "string", "enum": statuses},
+		"idempotency_key":   Schema{"type": "string"},
+		"applied_value":     typed("The value now in effect", "when nothing was applied"),
+		"previous_value":    typed("The value before this operation", "when unknown"),
+		"side_effects":      stringArray(""),
+		"compensable":       Schema{"type": "boolean"},
+		"compensation_hint": Schema{"type": []any{"string", "null"}},
+		"timestamp":         timestampSchema(""),
 		"compensation": object(Schema{
 			"tool":      Schema{"type": "string"},
 			"arguments": Schema{"type": "object"},
 		}, "tool", "arguments"),
-		"permission": permissionSchema("Why the call failed or was changed (proMCP permission enum)."),
-		"reason":     Schema{"type": "string", "description": "The reason in words."},
-		"warnings":   stringArray("Things the caller should know (a clamped value, a warn range guard)."),
-		"device_id":  Schema{"type": "string", "description": "The device that acted (PhysMCP extension)."},
+		"permission": permissionSchema(""),
+		"reason":     Schema{"type": "string"},
+		"warnings":   stringArray(""),
+		"device_id":  Schema{"type": "string"},
 	}, "status", "idempotency_key", "applied_value", "previous_value", "side_effects", "compensable", "compensation_hint", "timestamp")
 }
 
@@ -243,9 +240,9 @@ func valueSchema(c *manifest.Capability, bounded bool) Schema {
 
 func unitSchema(c *manifest.Capability) Schema {
 	if c.Unit == "" {
-		return Schema{"type": "null", "description": "This quantity has no unit."}
+		return Schema{"type": "null"}
 	}
-	return Schema{"type": "string", "const": c.Unit, "description": "The unit of value."}
+	return Schema{"type": "string", "const": c.Unit}
 }
 
 func unitPhrase(c *manifest.Capability) string {
@@ -321,12 +318,22 @@ func object(props Schema, required ...string) Schema {
 	return s
 }
 
+// stringArray, timestampSchema and permissionSchema leave the description
+// out when it is "": the read_* and do_* bodies repeat in every tool, and
+// what their fields mean is said once, in the server's instructions.
 func stringArray(description string) Schema {
-	return Schema{"type": "array", "items": Schema{"type": "string"}, "description": description}
+	return described(Schema{"type": "array", "items": Schema{"type": "string"}}, description)
 }
 
 func timestampSchema(description string) Schema {
-	return Schema{"type": "string", "format": "date-time", "description": description}
+	return described(Schema{"type": "string", "format": "date-time"}, description)
+}
+
+func described(s Schema, description string) Schema {
+	if description != "" {
+		s["description"] = description
+	}
+	return s
 }
 
 func permissionSchema(description string) Schema {
@@ -334,7 +341,7 @@ func permissionSchema(description string) Schema {
 	for _, p := range append(Permissions[:len(Permissions):len(Permissions)], ExtensionPermissions...) {
 		enum = append(enum, string(p))
 	}
-	return Schema{"type": "string", "enum": enum, "description": description}
+	return described(Schema{"type": "string", "enum": enum}, description)
 }
 
 func nullable(t any) any { return []any{t, "null"} }

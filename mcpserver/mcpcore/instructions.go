@@ -28,10 +28,17 @@ func Instructions(m *manifest.Manifest) string {
 		}
 	}
 	fmt.Fprintf(&b, ". It follows proMCP (promcp_base %s) with the PhysMCP %s extension.\n", promcp.BaseVersion, m.PhysMCPVersion)
+	// What the read_* and do_* answers' fields mean is said here, once,
+	// not in every tool's output schema.
 	b.WriteString(`Tools: read_* observe and never change anything (safe in parallel; each answer carries value, unit, ` +
-		`the time it was measured and quality good|stale|degraded|error). do_* change the physical world ` +
-		`(idempotent through idempotency_key; each answer carries status, applied_value, previous_value, side_effects ` +
-		`and how to undo it). can_do checks an intent without acting.
+		`timestamp: when the value was measured, not when it was served, and quality: good = fresh and reliable, ` +
+		`stale = older than its cache TTL with nothing fresher available, degraded = the source answers but the value is ` +
+		`implausible, error = no usable value; detail says why quality is not good). do_* change the physical world ` +
+		`(idempotent through idempotency_key; each answer carries status: success = applied as asked, partial = applied ` +
+		`with a change (see applied_value and warnings), failed = nothing was written (see permission and reason); ` +
+		`applied_value, previous_value, side_effects, compensable and compensation_hint, the call that undoes it). ` +
+		`device_id names the device that measured or acted (source: the device this one adopts it from). ` +
+		`can_do checks an intent without acting.
 For every change follow this loop:
 1. can_do with intent {semantic_tags, action, target, value}. Act only on a candidate whose permission is allowed, ` +
 		`before its valid_until. Confidence below 0.7 means confirm with a person first. Blocked and unroutable entries say why not.
