@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -225,6 +226,8 @@ func (e *Engine) inScope(pt *point, scope []string) bool {
 func (e *Engine) CanDo(ctx context.Context, caller Caller, req promcp.CanDoRequest) (promcp.CapabilityReport, error) {
 	start := time.Now()
 	ctx = context.WithValue(ctx, assessBudgetKey{}, start.Add(AssessBudget))
+	asks := &consulted{sources: map[string]asked{}}
+	ctx = context.WithValue(ctx, consultedKey{}, asks)
 	now := e.now()
 	rep := promcp.CapabilityReport{
 		QueryID:    promcp.NewUUID(),
@@ -279,7 +282,9 @@ func (e *Engine) CanDo(ctx context.Context, caller Caller, req promcp.CanDoReque
 		})
 	}
 	e.relatedReads(&rep, in.Intent)
-	return e.sealReport(rep, start), nil
+	rep = e.sealReport(rep, start)
+	rep.Metadata.MeshMetadata = asks.metadata(e)
+	return rep, nil
 }
 
 func actionPhrase(action string) string {
@@ -352,7 +357,7 @@ func (e *Engine) dryRun(ctx context.Context, pt *point, caller Caller, in promcp
 	if unknown || sourceOut(pt) {
 		// Nothing is known yet, the latest attempt failed or the source is
 		// known to be gone: ask the device before promising anything.
-		if _, err := e.sample(ctx, pt); err != nil {
+		if err := e.probe(ctx, pt); err != nil {
 			if perm := failurePermission(err); perm == promcp.DeviceRejected {
 				return deny(perm, "the device refuses to read %s: %v", pt.tool, err)
 			}
@@ -375,24 +380,75 @@ const (
 
 type assessBudgetKey struct{}
 
-// assess asks a device that judges actions itself (an adopted source):
-// after this device's own checks, the source's checks apply too, so a
-// candidate is allowed only when both would let the call through.
-func (e *Engine) assess(ctx context.Context, pt *point, a drivers.Assessor, value any) decision {
-	// A device that hangs must not hold can_do up: each is asked for at
-	// most AssessTimeout, and all of one can_do together for AssessBudget
-	// (PhysMCP's per-hop and total deadlines), as the mesh asks its peers.
+// assessDeadline is when can_do stops waiting for an adopted source asked
+// now. A device that hangs must not hold can_do up: each is asked for at
+// most AssessTimeout, and all of one can_do together for AssessBudget
+// (PhysMCP's per-hop and total deadlines), as the mesh asks its peers.
+func assessDeadline(ctx context.Context) time.Time {
 	deadline := time.Now().Add(AssessTimeout)
 	if total, ok := ctx.Value(assessBudgetKey{}).(time.Time); ok && total.Before(deadline) {
 		deadline = total
 	}
+	return deadline
+}
+
+// probe reads pt for can_do's dry run. A local device is waited for as a
+// read would be; an adopted source no longer than its judgement would be
+// (assessDeadline), so that one hung device does not hold can_do past its
+// budget: the read goes on detached and its outcome is kept for the next.
+func (e *Engine) probe(ctx context.Context, pt *point) error {
+	if pt.adopted == nil {
+		_, err := e.sample(ctx, pt)
+		return err
+	}
+	wait := time.Until(assessDeadline(ctx))
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.sample(context.WithoutCancel(ctx), pt)
+		done <- err
+	}()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		switch {
+		case err == nil:
+			noteAsked(ctx, pt.adopted.SourceAddress, askAnswered)
+		case errors.Is(err, ErrCircuitOpen) || errors.Is(err, ErrDeviceBusy): // not asked
+		default:
+			noteAsked(ctx, pt.adopted.SourceAddress, askFailed)
+		}
+		return err
+	case <-timer.C:
+		noteAsked(ctx, pt.adopted.SourceAddress, askLate)
+		return fmt.Errorf("no answer within can_do's %v for a device: %w", wait.Round(time.Millisecond), drivers.ErrTimeout)
+	}
+}
+
+// assess asks a device that judges actions itself (an adopted source):
+// after this device's own checks, the source's checks apply too, so a
+// candidate is allowed only when both would let the call through.
+func (e *Engine) assess(ctx context.Context, pt *point, a drivers.Assessor, value any) decision {
+	deadline := assessDeadline(ctx)
 	actx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
 	var perm, reason string
+	var reached bool // the question left for the source
 	err := e.transact(actx, pt, opRead, func(ctx context.Context) (err error) {
+		reached = true
 		perm, reason, err = a.Assess(ctx, value)
 		return err
 	})
+	if reached && pt.adopted != nil {
+		switch {
+		case err == nil:
+			noteAsked(ctx, pt.adopted.SourceAddress, askAnswered)
+		case !time.Now().Before(deadline): // not actx.Err(): its timer may fire after the call's own
+			noteAsked(ctx, pt.adopted.SourceAddress, askLate)
+		default:
+			noteAsked(ctx, pt.adopted.SourceAddress, askFailed)
+		}
+	}
 	switch {
 	case err != nil:
 		return deny(promcp.SourceUnreachable, "the device does not answer: %v", err)

@@ -112,6 +112,12 @@ func TestAdoptedSourceOutIsStaleThenErrorWithinTheTTL(t *testing.T) {
 	if perm, _ := permissionFor(rep, "read_bed_temperature"); perm != promcp.SourceUnreachable {
 		t.Errorf("can_do with the source out: %s in %+v; want source_unreachable", perm, rep)
 	}
+	// The source was read for can_do and failed at once: consulted, neither
+	// answered nor late (the mesh counts a refused connection so).
+	if mm := rep.Metadata.MeshMetadata; mm == nil || mm.CoordinatorNode != "controller_01" || mm.PeersConsulted != 1 ||
+		mm.ResponsesReceived != 0 || mm.ResponsesDroppedLate != 0 || mm.MeshSizeEstimate != 2 {
+		t.Errorf("can_do metadata with the source out: %+v", mm)
+	}
 	src.set(true, ttl-time.Millisecond)
 	if got := read(); got.Quality != promcp.QualityStale {
 		t.Errorf("out for just under the TTL: %+v; want stale", got)
@@ -128,5 +134,10 @@ func TestAdoptedSourceOutIsStaleThenErrorWithinTheTTL(t *testing.T) {
 	clk.Advance(engine.BreakerCooloff) // the reads above opened the breaker
 	if got := read(); got.Quality != promcp.QualityGood || got.Value != 18.5 {
 		t.Errorf("the source back: %+v; want good", got)
+	}
+
+	// A device that asked no other has no mesh metadata.
+	if mm := newRig(t).canDo(t, operator, promcp.Intent{SemanticTags: []string{"temperature"}}).Metadata.MeshMetadata; mm != nil {
+		t.Errorf("a local can_do has mesh metadata %+v", mm)
 	}
 }

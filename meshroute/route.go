@@ -255,21 +255,13 @@ func (r *Router) fanOut(ctx context.Context, m Members, req promcp.CanDoRequest,
 			answered[a.peer.NodeID] = true
 			if a.err != nil {
 				if errors.Is(a.err, context.DeadlineExceeded) {
-					mm.ResponsesDroppedLate++
+					mm.DroppedLate()
 				}
 				out.Blocked = append(out.Blocked, offlineEntry(a.peer, a.err.Error()))
 				remote = true
 				continue
 			}
-			mm.ResponsesReceived++
-			if cm := a.rep.Metadata.MeshMetadata; cm != nil {
-				mm.PeersConsulted += cm.PeersConsulted
-				mm.ResponsesReceived += cm.ResponsesReceived
-				mm.ResponsesDroppedLate += cm.ResponsesDroppedLate
-				mm.TTLUsed = max(mm.TTLUsed, cm.TTLUsed+1)
-			} else {
-				mm.TTLUsed = max(mm.TTLUsed, 1)
-			}
+			mm.Answered(a.rep.Metadata.MeshMetadata)
 			if merge(&out, a.peer, a.rep, seen) {
 				remote = true
 			}
@@ -280,7 +272,7 @@ func (r *Router) fanOut(ctx context.Context, m Members, req promcp.CanDoRequest,
 	for _, p := range ask {
 		if !answered[p.NodeID] {
 			// Its answer, should it come, is dropped: PhysMCP never returns late answers.
-			mm.ResponsesDroppedLate++
+			mm.DroppedLate()
 			out.Blocked = append(out.Blocked, offlineEntry(p, fmt.Sprintf("no answer within the query's %d ms", hop.BudgetMs)))
 			remote = true
 		}

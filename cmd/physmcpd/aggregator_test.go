@@ -59,30 +59,27 @@ func serveHTTPInProcess(t *testing.T, args ...string) string {
 	}
 }
 
-// The site example: an aggregator over three devices (real processes on
-// loopback) serves their tools in groups by zone and the site's can_do at
-// /mcp; every endpoint passes lint --strict; a do_ is routed to the device
-// that owns it with the caller's key; a lost device shows up as blocked
-// candidates, not as errors.
-func TestAggregatorOverThreeDevices(t *testing.T) {
+// site is the site example running: its three devices (real processes on
+// loopback) and an aggregator over them (in process).
+type site struct {
+	base      string                 // the aggregator's base URL
+	urls      map[string]string      // each device's MCP endpoint, by device
+	procs     map[string]*os.Process // each device's process
+	pumpState string                 // the pump device's state directory (its audit trail)
+}
+
+func startSite(t *testing.T) site {
+	t.Helper()
 	full := buildBinary(t, "")
 	dir := t.TempDir()
-	urls := map[string]string{}
-	var irrigation, pump *os.Process
-	pumpState := filepath.Join(dir, "pump-state")
+	s := site{urls: map[string]string{}, procs: map[string]*os.Process{}, pumpState: filepath.Join(dir, "pump-state")}
 	for _, d := range []string{"climate", "irrigation", "pump"} {
 		args := []string{"--manifest", filepath.Join(siteDir, d, "physmcp.manifest.yml"), "--policy", filepath.Join(siteDir, d, "physmcp.policy.yml")}
 		if d == "pump" {
-			args = append(args, "--state-dir", pumpState) // its audit trail shows what it did
+			args = append(args, "--state-dir", s.pumpState) // its audit trail shows what it did
 		}
 		url, cmd := startHTTPSource(t, full, args...)
-		urls[d] = url
-		switch d {
-		case "irrigation":
-			irrigation = cmd.Process
-		case "pump":
-			pump = cmd.Process
-		}
+		s.urls[d], s.procs[d] = url, cmd.Process
 	}
 	example, err := os.ReadFile(filepath.Join(siteDir, "aggregator", "physmcp.manifest.yml"))
 	if err != nil {
@@ -90,12 +87,34 @@ func TestAggregatorOverThreeDevices(t *testing.T) {
 	}
 	text := string(example)
 	for d, port := range map[string]string{"climate": "8771", "irrigation": "8772", "pump": "8773"} {
-		text = strings.Replace(text, "http://127.0.0.1:"+port+"/mcp", urls[d], 1)
+		text = strings.Replace(text, "http://127.0.0.1:"+port+"/mcp", s.urls[d], 1)
 	}
 	token, _ := filepath.Abs(filepath.Join(siteDir, "aggregator", "device.token"))
 	text = strings.ReplaceAll(text, "token_file: device.token", "token_file: "+token)
 	aggManifest := writeFile(t, dir, "aggregator.yml", text)
-	base := serveHTTPInProcess(t, "--manifest", aggManifest, "--policy", filepath.Join(siteDir, "aggregator", "physmcp.policy.yml"), "--simulate")
+	s.base = serveHTTPInProcess(t, "--manifest", aggManifest, "--policy", filepath.Join(siteDir, "aggregator", "physmcp.policy.yml"), "--simulate")
+	return s
+}
+
+// hang stops a device's process (its sockets stay open: a hung device, not a
+// dead one) until the test ends.
+func (s site) hang(t *testing.T, device string) {
+	t.Helper()
+	p := s.procs[device]
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Signal(syscall.SIGCONT) })
+}
+
+// The site example: an aggregator over three devices (real processes on
+// loopback) serves their tools in groups by zone and the site's can_do at
+// /mcp; every endpoint passes lint --strict; a do_ is routed to the device
+// that owns it with the caller's key; a lost device shows up as blocked
+// candidates, not as errors.
+func TestAggregatorOverThreeDevices(t *testing.T) {
+	s := startSite(t)
+	base, urls, pumpState := s.base, s.urls, s.pumpState
 
 	paths := []string{mcpserver.EndpointPath}
 	for _, g := range []string{"greenhouse_a", "greenhouse_b", "plant_room"} {
@@ -109,9 +128,9 @@ func TestAggregatorOverThreeDevices(t *testing.T) {
 		}
 	}
 
-	site := dialMCP(t, mustHTTP(t, base+mcpserver.EndpointPath))
+	siteCanDo := dialMCP(t, mustHTTP(t, base+mcpserver.EndpointPath))
 	intent := map[string]any{"intent": map[string]any{"semantic_tags": []string{"pump", "speed"}, "action": "set", "value": 1800}}
-	report := toolJSON(t, site, "can_do", intent)
+	report := toolJSON(t, siteCanDo, "can_do", intent)
 	cand := findEntry(report["candidates"], "do_circulation_pump_speed")
 	if cand == nil || cand["permission"] != "allowed" || cand["endpoint"] != "/mcp/plant_room" {
 		t.Fatalf("site can_do: %v; want do_circulation_pump_speed allowed on /mcp/plant_room", report)
@@ -137,8 +156,8 @@ func TestAggregatorOverThreeDevices(t *testing.T) {
 		t.Errorf("the pump's audit trail: %v; want one applied write with the caller's key, then the same key replayed", got)
 	}
 
-	irrigation.Kill()
-	report = toolJSON(t, site, "can_do", map[string]any{"intent": map[string]any{"semantic_tags": []string{"irrigation", "valve"}, "action": "set", "value": true}})
+	s.procs["irrigation"].Kill()
+	report = toolJSON(t, siteCanDo, "can_do", map[string]any{"intent": map[string]any{"semantic_tags": []string{"irrigation", "valve"}, "action": "set", "value": true}})
 	blocked := findEntry(report["blocked"], "do_irrigation_valve")
 	if blocked == nil || blocked["permission"] != "source_unreachable" || !strings.HasPrefix(blocked["reason"].(string), "device_offline: ") ||
 		blocked["endpoint"] != "/mcp/greenhouse_b" || report["feasible"] != false {
@@ -150,12 +169,9 @@ func TestAggregatorOverThreeDevices(t *testing.T) {
 
 	// A device that hangs (stopped, its socket open) holds the site's
 	// can_do up for no longer than the assessment budget.
-	if err := pump.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	defer pump.Signal(syscall.SIGCONT)
+	s.hang(t, "pump")
 	start := time.Now()
-	report = toolJSON(t, site, "can_do", intent)
+	report = toolJSON(t, siteCanDo, "can_do", intent)
 	took := time.Since(start)
 	t.Logf("site can_do with the pump device hung: %v", took.Round(time.Millisecond))
 	if took > engine.AssessBudget+300*time.Millisecond {
@@ -175,4 +191,70 @@ func findEntry(list any, tool string) map[string]any {
 		}
 	}
 	return nil
+}
+
+// Two of the site's three devices hang (stopped, sockets open): the site's
+// can_do still answers within the assessment budget, both are blocked
+// source_unreachable with PhysMCP's device_offline reason, the third
+// device's candidate stands, and the metadata counts the two as dropped
+// late, as a mesh coordinator counts the peers it asked.
+func TestAggregatorCanDoWithTwoHungDevices(t *testing.T) {
+	s := startSite(t)
+	siteCanDo := dialMCP(t, mustHTTP(t, s.base+mcpserver.EndpointPath))
+	// one word of a do_ of each device
+	intent := map[string]any{"intent": map[string]any{"semantic_tags": []string{"fan", "valve", "pump"}, "action": "set"}}
+	tools := map[string]string{"climate": "do_vent_fan", "irrigation": "do_irrigation_valve", "pump": "do_circulation_pump_speed"}
+	report := toolJSON(t, siteCanDo, "can_do", intent)
+	for d, tool := range tools {
+		if c := findEntry(report["candidates"], tool); c == nil || c["permission"] != "allowed" {
+			t.Fatalf("all devices up: %s of %s is not an allowed candidate: %v", tool, d, report)
+		}
+	}
+	meta, _ := report["metadata"].(map[string]any)
+	if meta["coordinator_node"] != "site_aggregator_01" || meta["peers_consulted"] != 3.0 || meta["responses_received"] != 3.0 ||
+		meta["responses_dropped_late"] != 0.0 || meta["ttl_used"] != 1.0 {
+		t.Errorf("all devices up: metadata %v; want the aggregator coordinating 3 devices, 3 answers, none late", meta)
+	}
+
+	s.hang(t, "climate")
+	s.hang(t, "pump")
+	start := time.Now()
+	report = toolJSON(t, siteCanDo, "can_do", intent)
+	took := time.Since(start)
+	meta, _ = report["metadata"].(map[string]any)
+	t.Logf("site can_do with two of three devices hung: %v (budget %v); metadata %v", took.Round(time.Millisecond), engine.AssessBudget, meta)
+	if took > engine.AssessBudget+300*time.Millisecond {
+		t.Errorf("site can_do took %v with two devices hung; want at most the %v budget plus scheduling", took, engine.AssessBudget)
+	}
+	for _, d := range []string{"climate", "pump"} {
+		b := findEntry(report["blocked"], tools[d])
+		if b == nil || b["permission"] != "source_unreachable" || !strings.HasPrefix(b["reason"].(string), "device_offline: ") {
+			t.Errorf("%s hung: %s is %v; want blocked source_unreachable, device_offline", d, tools[d], b)
+		}
+	}
+	if c := findEntry(report["candidates"], tools["irrigation"]); c == nil || c["permission"] != "allowed" || report["feasible"] != true {
+		t.Errorf("the irrigation device answers: %v; want its valve an allowed candidate", report)
+	}
+	if meta["peers_consulted"] != 3.0 || meta["responses_received"] != 1.0 || meta["responses_dropped_late"] != 2.0 {
+		t.Errorf("two devices hung: metadata %v; want 3 consulted, 1 answer, 2 dropped late", meta)
+	}
+
+	// Their reads, known to be out now, are read again for can_do, and
+	// waited for no longer (a read waited for the bus's 2 s reconnection).
+	start = time.Now()
+	report = toolJSON(t, siteCanDo, "can_do", map[string]any{"intent": map[string]any{"semantic_tags": []string{"fan", "pump"}, "action": "read"}})
+	took = time.Since(start)
+	meta, _ = report["metadata"].(map[string]any)
+	t.Logf("site can_do of the hung devices' reads: %v; metadata %v", took.Round(time.Millisecond), meta)
+	if took > engine.AssessBudget+300*time.Millisecond {
+		t.Errorf("site can_do of reads took %v with two devices hung; want at most the %v budget plus scheduling", took, engine.AssessBudget)
+	}
+	for _, tool := range []string{"read_vent_fan", "read_circulation_pump_speed"} {
+		if b := findEntry(report["blocked"], tool); b == nil || b["permission"] != "source_unreachable" || !strings.HasPrefix(b["reason"].(string), "device_offline: ") {
+			t.Errorf("%s of a hung device: %v; want blocked source_unreachable, device_offline", tool, b)
+		}
+	}
+	if meta["peers_consulted"] != 2.0 || meta["responses_dropped_late"] != 2.0 {
+		t.Errorf("reads of two hung devices: metadata %v; want 2 consulted, 2 dropped late", meta)
+	}
 }
