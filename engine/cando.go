@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -156,27 +157,35 @@ func (e *Engine) match(pt *point, in query) (match, bool) {
 	return m, true
 }
 
-// reasons says in words why pt matched in as m says.
+// reasons are the match_reasons of pt for in, as PhysMCP names them
+// (tag_overlap, location_match, ...), each with what it rests on:
+// "tag_overlap 1/2", "action_fits set", "target_match setpoint_042",
+// "target_partial setpoint_042 1/2", "target_mismatch setpoint_042",
+// "location_match lab", "location_unconfirmed lab" (the device declares no
+// location).
 func (e *Engine) reasons(pt *point, in query, m match) []string {
-	var r []string
+	r := make([]string, 0, 4)
 	if m.hits > 0 {
-		r = append(r, fmt.Sprintf("%d of %d tags match", m.hits, len(in.SemanticTags)))
+		r = append(r, "tag_overlap "+strconv.Itoa(m.hits)+"/"+strconv.Itoa(len(in.SemanticTags)))
 	}
 	if in.Action != "" {
-		r = append(r, fmt.Sprintf("action %s fits a %s capability", in.Action, pt.c.Kind))
+		r = append(r, "action_fits "+in.Action)
 	}
 	if in.Target != "" {
-		if m.sTarget > 0 {
-			r = append(r, fmt.Sprintf("target %q matches %s", in.Target, pt.c.Name))
-		} else {
-			r = append(r, fmt.Sprintf("target %q names something else", in.Target))
+		switch n := len(in.targetWords); {
+		case m.sTarget == 1:
+			r = append(r, "target_match "+in.Target)
+		case m.sTarget > 0:
+			r = append(r, "target_partial "+in.Target+" "+strconv.Itoa(int(math.Round(m.sTarget*float64(n))))+"/"+strconv.Itoa(n))
+		default:
+			r = append(r, "target_mismatch "+in.Target)
 		}
 	}
 	if in.Location != "" {
 		if e.m.Device.Location == nil {
-			r = append(r, fmt.Sprintf("the device declares no location, so location %q cannot be confirmed", in.Location))
+			r = append(r, "location_unconfirmed "+in.Location)
 		} else {
-			r = append(r, fmt.Sprintf("location %q matches the device", in.Location))
+			r = append(r, "location_match "+in.Location)
 		}
 	}
 	return r

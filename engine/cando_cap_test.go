@@ -98,12 +98,16 @@ func TestCanDoCapKeepsBestAndBlockedTarget(t *testing.T) {
 		om.Candidates.Permissions[promcp.Allowed] != 2 || om.Candidates.BestConfidence != rep.Candidates[len(rep.Candidates)-1].Confidence {
 		t.Fatalf("omitted %+v", om)
 	}
-	if !strings.Contains(om.Hint, "2 more candidates (2 allowed") || !strings.Contains(om.Hint, "max_candidates") {
+	if !strings.Contains(om.Hint, "Left out: 2 candidates (2 allowed") || !strings.Contains(om.Hint, "max_candidates") {
 		t.Fatalf("hint %q", om.Hint)
 	}
+	if want := []string{"tag_overlap 2/2", "action_fits set", "target_match setpoint_00", "location_match lab"}; !slices.Equal(rep.Blocked[0].MatchReasons, want) {
+		t.Fatalf("match_reasons of the target %q, want %q", rep.Blocked[0].MatchReasons, want)
+	}
+	// The others share the tag setpoint and the target's word setpoint, not its number.
 	for _, c := range rep.Candidates {
-		if len(c.MatchReasons) == 0 || c.ValidUntil == "" {
-			t.Fatalf("candidate %+v", c)
+		if want := []string{"tag_overlap 1/2", "action_fits set", "target_partial setpoint_00 1/2", "location_match lab"}; !slices.Equal(c.MatchReasons, want) || c.ValidUntil == "" {
+			t.Fatalf("candidate %+v, want match_reasons %q", c, want)
 		}
 	}
 	if !rep.Feasible {
@@ -136,7 +140,7 @@ func TestCanDoCapKeepsAllowedAndEveryRefusal(t *testing.T) {
 	if !slices.Equal(blockedTools(rep), []string{"do_setpoint_00"}) {
 		t.Fatalf("blocked %v", blockedTools(rep))
 	}
-	if om := rep.Metadata.Omitted; om.Blocked.Count != 1 || om.Blocked.Permissions[promcp.PermissionInsufficient] != 1 || !strings.Contains(om.Hint, "1 more blocked entries (1 permission_insufficient") {
+	if om := rep.Metadata.Omitted; om.Blocked.Count != 1 || om.Blocked.Permissions[promcp.PermissionInsufficient] != 1 || !strings.Contains(om.Hint, "1 blocked entry (1 permission_insufficient") {
 		t.Fatalf("omitted %+v", om)
 	}
 

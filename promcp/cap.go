@@ -192,19 +192,22 @@ func MergeOmitted(a, b *Omitted) *Omitted {
 func omittedHint(o Omitted) string {
 	var parts []string
 	for _, l := range []struct {
-		what string
-		e    OmittedEntries
-	}{{"candidates", o.Candidates}, {"blocked entries", o.Blocked}} {
+		one, many string
+		e         OmittedEntries
+	}{{"candidate", "candidates", o.Candidates}, {"blocked entry", "blocked entries", o.Blocked}} {
 		if l.e.Count == 0 {
 			continue
+		}
+		what := l.many
+		if l.e.Count == 1 {
+			what = l.one
 		}
 		var perms []string
 		for _, p := range slices.Sorted(maps.Keys(l.e.Permissions)) {
 			perms = append(perms, fmt.Sprintf("%d %s", l.e.Permissions[p], p))
 		}
-		parts = append(parts, fmt.Sprintf("%d more %s (%s; best confidence %s)", l.e.Count, l.what, strings.Join(perms, ", "), Number(l.e.BestConfidence)))
+		parts = append(parts, fmt.Sprintf("%d %s (%s; best confidence %s)", l.e.Count, what, strings.Join(perms, ", "), Number(l.e.BestConfidence)))
 	}
-	return fmt.Sprintf("This answer lists at most %d candidates and %d blocked entries, the best matches first; "+
-		"%s also matched. To see them, narrow the intent (a target, more semantic_tags, a location or a scope) "+
-		"or ask for more with max_candidates.", o.MaxCandidates, o.MaxCandidates, strings.Join(parts, " and "))
+	return fmt.Sprintf("Left out: %s. To see them, narrow the intent (target, semantic_tags, location, scope) or raise max_candidates (now %d).",
+		strings.Join(parts, " and "), o.MaxCandidates)
 }

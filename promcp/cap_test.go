@@ -48,7 +48,7 @@ func TestCapShowsEachRefusalFirst(t *testing.T) {
 	if om.Blocked.Count != 2 || om.Blocked.Permissions[RateLimited] != 2 || om.Blocked.BestConfidence != 0.9 || om.Candidates.Count != 0 {
 		t.Fatalf("omitted %+v", om)
 	}
-	if !strings.Contains(om.Hint, "2 more blocked entries (2 rate_limited; best confidence 0.9)") || !strings.Contains(om.Hint, "at most 3") {
+	if !strings.Contains(om.Hint, "Left out: 2 blocked entries (2 rate_limited; best confidence 0.9)") || !strings.Contains(om.Hint, "max_candidates (now 3)") {
 		t.Fatalf("hint %q", om.Hint)
 	}
 	if _, kb, _ := Cap(4, nil, blocked); !slices.Equal(kb, []int{0, 1, 3, 4}) {
@@ -87,7 +87,7 @@ func TestCapReport(t *testing.T) {
 	}
 	om := rep.Metadata.Omitted
 	if om.Candidates.Count != 4 || om.Candidates.Permissions[Allowed] != 4 || om.Candidates.BestConfidence != 0.5 ||
-		om.Blocked.Count != 1 || om.Blocked.Permissions[CooldownActive] != 1 || !strings.Contains(om.Hint, "4 more candidates (4 allowed; best confidence 0.5)") {
+		om.Blocked.Count != 1 || om.Blocked.Permissions[CooldownActive] != 1 || !strings.Contains(om.Hint, "Left out: 4 candidates (4 allowed; best confidence 0.5) and 1 blocked entry (1 cooldown_active; best confidence 0.7)") {
 		t.Fatalf("omitted %+v", om)
 	}
 	out, err := json.Marshal(rep.Metadata)
