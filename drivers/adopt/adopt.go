@@ -6,8 +6,10 @@
 // a register: its reads keep the source's quality and measurement time, its
 // writes carry the caller's idempotency key to the source, and the engine's
 // own cache, stale fallback, breaker, policy and audit apply unchanged. The
-// MCP client is mcp-go's; this package knows MCP only as the wire protocol
-// of its bus, as drivers/modbus knows Modbus.
+// MCP client is mcp-go's for stdio and HTTP and a small one of its own on a
+// serial line (line.go), where every uncached read is a call; this package
+// knows MCP only as the wire protocol of its bus, as drivers/modbus knows
+// Modbus.
 package adopt
 
 import (
@@ -25,10 +27,10 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
-	"go.bug.st/serial"
 
 	"github.com/physmcp/physmcpd/drivers"
 	"github.com/physmcp/physmcpd/internal/mcpdial"
+	"github.com/physmcp/physmcpd/internal/serialline"
 	"github.com/physmcp/physmcpd/manifest"
 )
 
@@ -50,7 +52,7 @@ type Bus struct {
 	logger *slog.Logger
 
 	mu      sync.Mutex
-	conn    *client.Client
+	conn    session
 	closed  bool
 	failed  error     // why the latest connection attempt failed
 	nextTry time.Time // no attempt before this after a failure
@@ -97,7 +99,7 @@ func (b *Bus) Close() error {
 }
 
 // client returns the connection, connecting when there is none.
-func (b *Bus) client(ctx context.Context) (*client.Client, error) {
+func (b *Bus) client(ctx context.Context) (session, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
@@ -132,7 +134,7 @@ func (b *Bus) client(ctx context.Context) (*client.Client, error) {
 
 // drop forgets c after a failure on it, so the next call connects anew
 // (a serial adapter plugged back, a restarted source).
-func (b *Bus) drop(c *client.Client, why error) {
+func (b *Bus) drop(c session, why error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.conn != c {
@@ -158,55 +160,35 @@ func (b *Bus) lostFor() (time.Duration, bool) {
 	return 0, false
 }
 
-// ended is called when the incoming stream of transport tr ends (a serial
-// line whose adapter was unplugged): if tr is the current connection's, the
+// ended is called when the incoming stream of connection c ends (a serial
+// line whose adapter was unplugged): if c is the current connection, the
 // source is lost now, not at the next call.
-func (b *Bus) ended(tr transport.Interface, err error) {
+func (b *Bus) ended(c session, err error) {
 	b.mu.Lock()
-	c := b.conn
+	current := b.conn
 	b.mu.Unlock()
-	if c != nil && c.GetTransport() == tr {
+	if current != nil && current == c {
 		b.drop(c, err)
 	}
 }
 
-// endReader reports the first error of its reader (the end of the stream).
-type endReader struct {
-	r    io.Reader
-	once sync.Once
-	end  func(error)
-}
-
-func (e *endReader) Read(p []byte) (int, error) {
-	n, err := e.r.Read(p)
-	if err != nil {
-		e.once.Do(func() { e.end(err) })
-	}
-	return n, err
-}
-
-func (b *Bus) connect(ctx context.Context) (*client.Client, error) {
-	var c *client.Client
+func (b *Bus) connect(ctx context.Context) (session, error) {
 	switch b.src.Protocol() {
 	case manifest.SourceSerial:
-		mode := &serial.Mode{BaudRate: b.src.Baud, DataBits: 8, Parity: serial.NoParity, StopBits: serial.OneStopBit}
-		port, err := serial.Open(b.src.Port, mode)
+		port, err := serialline.Open(b.src.Port, b.src.Baud)
 		if err != nil {
 			return nil, err
 		}
 		// Bytes left on the line from before (a half-written answer to a
 		// connection that was dropped) would be taken for answers.
 		_ = port.ResetInputBuffer()
-		var tr *transport.Stdio
-		tr = transport.NewIO(&endReader{r: port, end: func(err error) { b.ended(tr, err) }}, port, nil)
-		// mcp-go logs a closed port as an error; a lost line is logged
-		// once here, when the connection is dropped.
-		transport.WithCommandLogger(quiet)(tr)
-		if err := tr.Start(context.Background()); err != nil {
-			port.Close()
+		var c *lineClient
+		c = newLineClient(port, func(err error) { b.ended(c, err) })
+		if err := c.handshake(ctx, clientName); err != nil {
+			c.Close()
 			return nil, err
 		}
-		c = client.NewClient(tr)
+		return c, nil
 	case manifest.SourceStdio:
 		tr := transport.NewStdioWithOptions(b.src.Command[0], nil, b.src.Command[1:],
 			transport.WithCommandLogger(b.logger), transport.WithCommandStderrWriter(prefixed{os.Stderr, b.name}))
@@ -214,7 +196,11 @@ func (b *Bus) connect(ctx context.Context) (*client.Client, error) {
 		if err := tr.Start(context.Background()); err != nil {
 			return nil, err
 		}
-		c = client.NewClient(tr)
+		c := client.NewClient(tr)
+		if err := mcpdial.Handshake(ctx, c, clientName); err != nil {
+			return nil, err
+		}
+		return c, nil
 	default:
 		var header transport.HTTPHeaderFunc
 		if b.src.TokenFile != "" {
@@ -225,18 +211,16 @@ func (b *Bus) connect(ctx context.Context) (*client.Client, error) {
 			auth := map[string]string{"Authorization": "Bearer " + strings.TrimSpace(string(tok))}
 			header = func(context.Context) map[string]string { return auth }
 		}
-		return mcpdial.HTTP(ctx, b.src.URL, clientName, header)
+		c, err := mcpdial.HTTP(ctx, b.src.URL, clientName, header)
+		if err != nil {
+			return nil, err // not a nil *client.Client in a session
+		}
+		return c, nil
 	}
-	if err := mcpdial.Handshake(ctx, c, clientName); err != nil {
-		return nil, err
-	}
-	return c, nil
 }
 
 // clientName is how physmcpd introduces itself to the sources it adopts.
 const clientName = "physmcpd-proxy"
-
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // prefixed copies a source command's stderr to ours, line by line under
 // the bus's name, so its log is not lost and not mistaken for ours.

@@ -24,6 +24,7 @@ import (
 	"sync"
 
 	"github.com/physmcp/physmcpd/engine"
+	"github.com/physmcp/physmcpd/internal/ndjson"
 	"github.com/physmcp/physmcpd/mcpserver/mcpcore"
 	"github.com/physmcp/physmcpd/promcp"
 )
@@ -43,7 +44,7 @@ type Options struct {
 
 // ErrMessageTooLong ends a session whose peer sent a message longer than
 // Options.MaxMessageBytes.
-var ErrMessageTooLong = errors.New("JSON-RPC message longer than the limit")
+var ErrMessageTooLong = ndjson.ErrTooLong
 
 // protocolVersions are the MCP versions negotiated through initialize,
 // oldest first; a client asking for another gets the newest.
@@ -182,7 +183,7 @@ func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 // (and the reader with it when jobs is full), the rest is answered at once.
 func (s *Server) read(ctx context.Context, in *bufio.Reader, jobs chan<- request, w *writer) error {
 	for {
-		line, err := readLine(in, s.opts.MaxMessageBytes)
+		line, err := ndjson.ReadLine(in, s.opts.MaxMessageBytes)
 		if errors.Is(err, io.EOF) || ctx.Err() != nil {
 			return nil
 		}
@@ -219,35 +220,6 @@ func (s *Server) read(ctx context.Context, in *bufio.Reader, jobs chan<- request
 			w.send(response{ID: req.ID, Error: &rpcError{codeNoMethod, "method not found: " + req.Method}})
 		}
 	}
-}
-
-// readLine returns the next line without its newline, refusing one longer
-// than limit before buffering all of it. The line is valid until the next
-// read (json.Unmarshal copies what it keeps).
-func readLine(in *bufio.Reader, limit int) ([]byte, error) {
-	var line []byte
-	for {
-		chunk, err := in.ReadSlice('\n')
-		if len(line)+len(chunk) > limit+1 { // +1: the newline
-			return nil, fmt.Errorf("%w (%d bytes)", ErrMessageTooLong, limit)
-		}
-		switch {
-		case err == nil && line == nil:
-			return trimEOL(chunk), nil // the whole line was in the buffer: no copy
-		case err == nil || (err == io.EOF && len(line)+len(chunk) > 0):
-			return trimEOL(append(line, chunk...)), nil
-		case err != bufio.ErrBufferFull:
-			return nil, err
-		}
-		line = append(line, chunk...)
-	}
-}
-
-func trimEOL(b []byte) []byte {
-	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
-		b = b[:len(b)-1]
-	}
-	return b
 }
 
 func (s *Server) initialize(req request) response {

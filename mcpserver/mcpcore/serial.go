@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"time"
 
-	"go.bug.st/serial"
+	"github.com/physmcp/physmcpd/internal/serialline"
 )
 
 // SerialPort is a serial line to serve on.
@@ -31,8 +31,7 @@ func ServeSerial(ctx context.Context, sp SerialPort, session func(context.Contex
 	if logger == nil {
 		logger = slog.Default()
 	}
-	mode := &serial.Mode{BaudRate: sp.Baud, DataBits: 8, Parity: serial.NoParity, StopBits: serial.OneStopBit}
-	port, err := serial.Open(sp.Path, mode)
+	port, err := serialline.Open(sp.Path, sp.Baud)
 	if err != nil {
 		return fmt.Errorf("open serial line %s at %d baud: %w", sp.Path, sp.Baud, err)
 	}
@@ -52,7 +51,7 @@ func ServeSerial(ctx context.Context, sp SerialPort, session func(context.Contex
 				return nil
 			case <-time.After(serialRetry):
 			}
-			if port, err = serial.Open(sp.Path, mode); err != nil {
+			if port, err = serialline.Open(sp.Path, sp.Baud); err != nil {
 				logger.Warn("cannot reopen the serial line", "port", sp.Path, "err", err)
 			}
 		}
@@ -61,7 +60,7 @@ func ServeSerial(ctx context.Context, sp SerialPort, session func(context.Contex
 
 // serveOnce runs one session and closes the port, which also releases the
 // session's reader goroutine when the session ended on ctx.
-func serveOnce(ctx context.Context, port serial.Port, session func(context.Context, io.ReadWriter) error) error {
+func serveOnce(ctx context.Context, port *serialline.Line, session func(context.Context, io.ReadWriter) error) error {
 	defer port.Close()
 	err := session(ctx, port)
 	if err == nil {
