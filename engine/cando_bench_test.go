@@ -16,7 +16,9 @@ import (
 // BenchmarkCanDo is can_do on a device of 200 capabilities (100 zone
 // setpoints, 100 zone temperatures, all read once so the cache is warm): an
 // intent naming one zone's setpoint, and a broad one that every setpoint
-// matches.
+// matches, both listing the default 8 candidates; one-zone-all lists all 100
+// (max_candidates), which the dry runs of every match do not cost, but the
+// entries built do.
 func BenchmarkCanDo(b *testing.B) {
 	var text strings.Builder
 	text.WriteString("physmcp_version: \"0.1\"\ndevice: {id: zones, type: test_rig, location: {zone: lab}}\nbuses:\n  mb: {type: modbus-tcp, address: 127.0.0.1:1502, simulated: true}\ncapabilities:\n")
@@ -47,16 +49,19 @@ func BenchmarkCanDo(b *testing.B) {
 			_, _ = e.Read(context.Background(), operator, t.Name)
 		}
 	}
+	oneZone := promcp.Intent{SemanticTags: []string{"zone_042", "setpoint"}, Action: "set", Target: "setpoint_042", Value: 21.5, Location: "lab"}
 	for _, in := range []struct {
 		name   string
 		intent promcp.Intent
+		max    int
 	}{
-		{"one-zone", promcp.Intent{SemanticTags: []string{"zone_042", "setpoint"}, Action: "set", Target: "setpoint_042", Value: 21.5, Location: "lab"}},
-		{"broad", promcp.Intent{SemanticTags: []string{"heating"}, Action: "set", Value: 21.5}},
+		{"one-zone", oneZone, 0},
+		{"one-zone-all", oneZone, 100},
+		{"broad", promcp.Intent{SemanticTags: []string{"heating"}, Action: "set", Value: 21.5}, 0},
 	} {
 		b.Run(in.name, func(b *testing.B) {
 			for b.Loop() {
-				if _, err := e.CanDo(context.Background(), operator, promcp.CanDoRequest{Intent: in.intent}); err != nil {
+				if _, err := e.CanDo(context.Background(), operator, promcp.CanDoRequest{Intent: in.intent, MaxCandidates: in.max}); err != nil {
 					b.Fatal(err)
 				}
 			}
