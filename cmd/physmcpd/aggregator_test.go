@@ -101,10 +101,8 @@ func startSite(t *testing.T) site {
 func (s site) hang(t *testing.T, device string) {
 	t.Helper()
 	p := s.procs[device]
-	if err := p.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { p.Signal(syscall.SIGCONT) })
+	hang(t, p)
 }
 
 // The site example: an aggregator over three devices (real processes on

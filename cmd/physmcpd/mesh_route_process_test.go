@@ -114,9 +114,7 @@ func TestMeshRoutingProcesses(t *testing.T) {
 
 	// node_4 hung: can_do still answers within the 500 ms budget (+150 ms for
 	// scheduling on a loaded host), reporting it late, until it is suspected.
-	if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	hang(t, d.cmd.Process)
 	var worst time.Duration
 	late := 0
 	for range 5 {
@@ -128,7 +126,7 @@ func TestMeshRoutingProcesses(t *testing.T) {
 			late += rep.Metadata.ResponsesDroppedLate
 		}
 		if b := blockedOf(rep, "node_4"); b == nil || b.Permission != "source_unreachable" || !strings.Contains(b.Reason, "device_offline") {
-			t.Errorf("hung node_4 not blocked source_unreachable/device_offline: %+v", rep.Blocked)
+			t.Errorf("hung node_4 not blocked source_unreachable/device_offline: blocked %+v, candidates %+v", rep.Blocked, rep.Candidates)
 		}
 	}
 	t.Logf("node_4 stopped: worst can_do on node_1 of 5 took %s; responses_dropped_late summed %d", worst.Round(time.Millisecond), late)
