@@ -47,6 +47,9 @@ type Principal struct {
 	Expires time.Time
 	// TokenID is the override token's id (jti); empty for other methods.
 	TokenID string
+	// Node is the calling mesh node (the mesh credential's sub); empty for
+	// other methods. A peer's request must name this node as its sender.
+	Node string
 }
 
 type principalKey struct{}

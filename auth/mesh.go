@@ -31,12 +31,16 @@ func meshSigningKey(gossipKey []byte) []byte {
 }
 
 // MeshCredential is the bearer token node presents to the peer whose device
-// id is audience: HS256 under the first key of the mesh keyring. Only a
-// holder of the keyring can mint one, so a peer that verifies it knows the
-// caller is a member of the mesh.
+// id is audience: HS256 under the first key of the mesh keyring, sub the
+// calling node. Only a holder of the keyring can mint one, so a peer that
+// verifies it knows the caller is a member of the mesh; the peer also
+// holds the caller to the node the credential names.
 func MeshCredential(keys [][]byte, node, audience string, now time.Time) (token string, expires time.Time, err error) {
-	if len(keys) == 0 {
+	switch {
+	case len(keys) == 0:
 		return "", time.Time{}, errors.New("mesh credential: no keyring (network.mesh.key_file)")
+	case node == "" || audience == "":
+		return "", time.Time{}, errors.New("mesh credential: the calling node and the called device must be named")
 	}
 	expires = now.Add(meshCredentialTTL)
 	t := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{
@@ -49,7 +53,8 @@ func MeshCredential(keys [][]byte, node, audience string, now time.Time) (token 
 
 // meshVerifier accepts the credentials of mesh peers: signed with any key
 // of this node's keyring (a key being rotated in or out included), for
-// this device, unexpired. They get the policy's identity.mesh.role.
+// this device, unexpired, naming the calling node. They get the policy's
+// identity.mesh.role.
 type meshVerifier struct {
 	keys     [][]byte
 	deviceID string
@@ -71,8 +76,10 @@ func (v *meshVerifier) verify(token string, now func() time.Time) (Principal, er
 			continue // another key of the ring may have signed it
 		case err != nil:
 			return Principal{}, describeJWTError(err)
+		case claims.Subject == "":
+			return Principal{}, invalid("the mesh credential names no calling node (sub)")
 		}
-		return Principal{Name: "mesh:" + claims.Subject, Role: v.role, Method: MethodMesh, Expires: claims.ExpiresAt.Time}, nil
+		return Principal{Name: "mesh:" + claims.Subject, Role: v.role, Method: MethodMesh, Expires: claims.ExpiresAt.Time, Node: claims.Subject}, nil
 	}
 	return Principal{}, invalid("the mesh credential is not signed with a key of this node's keyring")
 }

@@ -158,15 +158,19 @@ func (q *Quorum) ask(ctx context.Context, p mesh.Peer, req VoteRequest) (Vote, e
 // (engine.Engine.QuorumCheck): nil when it holds, else why not.
 type Check func(ctx context.Context, name string) error
 
+var errVoteNotMember = fmt.Errorf("%s is answered only to a mesh peer (a credential signed with the mesh keyring)", VoteMethod)
+
 // Answer is this node's vote on a peer's request: only a mesh peer may
-// ask; it is confirmed unless this node is on the minority side of a
+// ask, and only in its own name (the requester is the node its credential
+// names, else the alive check below would vouch for whoever it claims to
+// be); it is confirmed unless this node is on the minority side of a
 // suspected partition, does not see the requester alive itself (a node
 // that cannot see the requester cannot vouch for its view of the mesh), or
 // the request names a quorum check that does not hold here (check runs it;
 // one this node does not define never holds).
 func (r *Router) Answer(ctx context.Context, req VoteRequest, check Check) (Vote, error) {
-	if p, ok := auth.PrincipalFrom(ctx); !ok || p.Method != auth.MethodMesh {
-		return Vote{}, fmt.Errorf("%s is answered only to a mesh peer (a credential signed with the mesh keyring)", VoteMethod)
+	if err := r.fromPeer(ctx, VoteMethod, "requester", req.Requester, errVoteNotMember); err != nil {
+		return Vote{}, err
 	}
 	box := r.members.Load()
 	if box == nil {

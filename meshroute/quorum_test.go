@@ -16,7 +16,7 @@ import (
 func TestAnswerRunsTheNamedQuorumCheck(t *testing.T) {
 	r := New(&fakeAsker{}, Config{})
 	r.SetMembers(members{self: peer("node_b", "plant", mesh.Alive), peers: []mesh.Peer{peer("node_a", "plant", mesh.Alive)}})
-	ctx := auth.WithPrincipal(context.Background(), auth.Principal{Name: "mesh:node_a", Method: auth.MethodMesh})
+	ctx := auth.WithPrincipal(context.Background(), auth.Principal{Name: "mesh:node_a", Method: auth.MethodMesh, Node: "node_a"})
 	var asked []string
 	door := errors.New("quorum_check pump_area_clear: read_door_closed is false, needs read_door_closed == true")
 	check := func(_ context.Context, name string) error {

@@ -14,12 +14,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/physmcp/physmcpd/auth"
 	"github.com/physmcp/physmcpd/mesh"
 	"github.com/physmcp/physmcpd/promcp"
 )
@@ -42,6 +42,9 @@ type Hop struct {
 	ParentQueryID string `json:"parent_query_id,omitempty"`
 	// Coordinator is the node that received the query from its caller.
 	Coordinator string `json:"coordinator"`
+	// From is the node that sent this hop; it must be the node the
+	// sender's mesh credential names.
+	From string `json:"from"`
 	// TTL is how many more hops the receiver may forward the query.
 	TTL int `json:"ttl"`
 	// Visited are the nodes already asked (the receiver skips them).
@@ -70,6 +73,10 @@ type Config struct {
 	PerHop, Total time.Duration
 	Dedup         time.Duration
 	Now           func() time.Time
+	// Logger (default slog.Default()) and Audit (nil: none) receive the
+	// peer requests refused for naming another node than their credential.
+	Logger *slog.Logger
+	Audit  func(Refusal)
 }
 
 // Router coordinates and forwards can_do queries.
@@ -105,6 +112,9 @@ func New(ask Asker, cfg Config) *Router {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
 	return &Router{cfg: cfg, ask: ask, seen: map[string]time.Time{}}
 }
 
@@ -126,8 +136,8 @@ func (r *Router) Route(ctx context.Context, args map[string]any, meta map[string
 		return local, err
 	}
 	if forwarded {
-		if p, ok := auth.PrincipalFrom(ctx); !ok || p.Method != auth.MethodMesh {
-			return local, ErrNotMember
+		if err := r.fromPeer(ctx, "can_do", fmt.Sprintf("_meta %q from", MetaKey), hop.From, ErrNotMember); err != nil {
+			return local, err
 		}
 	}
 	box := r.members.Load()
@@ -223,7 +233,7 @@ func (r *Router) fanOut(ctx context.Context, m Members, req promcp.CanDoRequest,
 	deadline, _ := ctx.Deadline()
 	answers := make(chan answer, len(ask))
 	for _, p := range ask {
-		child := Hop{QueryID: promcp.NewUUID(), ParentQueryID: hop.QueryID, Coordinator: hop.Coordinator, TTL: hop.TTL - 1, Visited: visited}
+		child := Hop{QueryID: promcp.NewUUID(), ParentQueryID: hop.QueryID, Coordinator: hop.Coordinator, From: self.NodeID, TTL: hop.TTL - 1, Visited: visited}
 		// A peer that forwards again needs time for its own hop; it answers
 		// a little before our deadline so its answer is not cut off in transit.
 		wait := min(deadline.Sub(r.cfg.Now()), r.cfg.PerHop*time.Duration(child.TTL+1))

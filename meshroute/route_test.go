@@ -139,7 +139,7 @@ func TestHungPeerKeepsTheDeadline(t *testing.T) {
 }
 
 func meshCtx() context.Context {
-	return auth.WithPrincipal(context.Background(), auth.Principal{Name: "mesh:a", Method: auth.MethodMesh})
+	return auth.WithPrincipal(context.Background(), auth.Principal{Name: "mesh:a", Method: auth.MethodMesh, Node: "a"})
 }
 
 func TestForwardedQueries(t *testing.T) {
@@ -147,7 +147,7 @@ func TestForwardedQueries(t *testing.T) {
 	ask := &fakeAsker{answer: func(p mesh.Peer, _ Hop) promcp.CapabilityReport { return candidateOf(p, "do_rain") }}
 	r := New(ask, Config{})
 	r.SetMembers(ms)
-	hop := map[string]any{MetaKey: map[string]any{"query_id": "f-1", "coordinator": "a", "ttl": 1, "visited": []any{"a", "b"}, "budget_ms": 300}}
+	hop := map[string]any{MetaKey: map[string]any{"query_id": "f-1", "coordinator": "a", "from": "a", "ttl": 1, "visited": []any{"a", "b"}, "budget_ms": 300}}
 
 	if _, err := r.Route(context.Background(), rainArgs, hop, unserved()); err != ErrNotMember {
 		t.Fatalf("a forwarded query from a caller without a mesh credential: err %v, want ErrNotMember", err)
@@ -156,14 +156,14 @@ func TestForwardedQueries(t *testing.T) {
 	if err != nil || ask.calls.Load() != 1 || len(rep.Candidates) != 1 || rep.Candidates[0].DeviceID != "d" {
 		t.Fatalf("forwarded with ttl 1: err %v, %d asks, candidates %+v; want d asked once (a is visited)", err, ask.calls.Load(), rep.Candidates)
 	}
-	if ask.hops["d"].TTL != 0 || ask.hops["d"].Coordinator != "a" {
-		t.Errorf("hop to d %+v; want ttl 0, coordinator a", ask.hops["d"])
+	if h := ask.hops["d"]; h.TTL != 0 || h.Coordinator != "a" || h.From != "b" {
+		t.Errorf("hop to d %+v; want ttl 0, coordinator a, from b", h)
 	}
 	again, _ := r.Route(meshCtx(), rainArgs, hop, unserved())
 	if ask.calls.Load() != 1 || len(again.Candidates)+len(again.Blocked)+len(again.Unroutable) != 0 {
 		t.Fatalf("the same query id again: %d asks, %+v; want an empty answer", ask.calls.Load(), again)
 	}
-	last := map[string]any{MetaKey: map[string]any{"query_id": "f-2", "coordinator": "a", "ttl": 0, "visited": []any{"a"}, "budget_ms": 100}}
+	last := map[string]any{MetaKey: map[string]any{"query_id": "f-2", "coordinator": "a", "from": "a", "ttl": 0, "visited": []any{"a"}, "budget_ms": 100}}
 	if _, err := r.Route(meshCtx(), rainArgs, last, unserved()); err != nil || ask.calls.Load() != 1 {
 		t.Fatalf("ttl 0 forwarded on: err %v, %d asks", err, ask.calls.Load())
 	}

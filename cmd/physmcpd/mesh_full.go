@@ -31,8 +31,9 @@ type meshNode struct {
 // meshFor prepares a mesh node when the manifest enables the mesh (nil,
 // nil when not) and gives the engine its quorum: it asks peers as this
 // device, with credentials signed by the mesh keyring. The membership
-// joins later (join), once the HTTP listener is up.
-func meshFor(m *manifest.Manifest, opts *engine.Options) (*meshNode, error) {
+// joins later (join), once the HTTP listener is up. A peer's request in
+// another node's name is logged and, when a trail is kept, audited.
+func meshFor(m *manifest.Manifest, opts *engine.Options, dur *durable, logger *slog.Logger) (*meshNode, error) {
 	ms := meshOf(m)
 	if ms == nil {
 		return nil, nil
@@ -41,7 +42,15 @@ func meshFor(m *manifest.Manifest, opts *engine.Options) (*meshNode, error) {
 	if err != nil {
 		return nil, fmt.Errorf("network.mesh.key_file: %v", err)
 	}
-	r := meshroute.New(meshroute.NewHTTPAsker(m.Device.ID, keys), meshroute.Config{})
+	cfg := meshroute.Config{Logger: logger}
+	if dur.trail != nil {
+		cfg.Audit = func(ev meshroute.Refusal) {
+			if err := dur.trail.Append(ev); err != nil {
+				logger.Error("a refused mesh request was not recorded in the audit trail", "err", err)
+			}
+		}
+	}
+	r := meshroute.New(meshroute.NewHTTPAsker(m.Device.ID, keys), cfg)
 	opts.Quorum = r.Quorum(m.Device.ID, keys)
 	return &meshNode{keys: keys, route: r}, nil
 }

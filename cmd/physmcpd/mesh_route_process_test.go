@@ -111,6 +111,7 @@ func TestMeshRoutingProcesses(t *testing.T) {
 	if _, res := canDo(t, cd, forged); !res.IsError {
 		t.Errorf("a forwarded can_do without a mesh credential was answered: %v", res.Content)
 	}
+	meshPeerAsksOnlyAsItself(t, dir, d, forged)
 
 	// node_4 hung: can_do still answers within the 500 ms budget (+150 ms for
 	// scheduling on a loaded host), reporting it late, until it is suspected.

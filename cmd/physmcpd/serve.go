@@ -136,7 +136,7 @@ func serve(ctx context.Context, cfg serveConfig, stdin io.Reader, stdout, stderr
 	}
 	defer dur.close(logger)
 	opts.ClockSynced = clockProbe(ctx, cfg, logger)
-	node, err := meshFor(m, &opts)
+	node, err := meshFor(m, &opts, dur, logger)
 	if err != nil {
 		logger.Error("cannot join the mesh", "err", err)
 		return 1

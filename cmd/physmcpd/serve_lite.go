@@ -94,7 +94,9 @@ func startTelemetry(*engine.Engine, *slog.Logger) (func(), error) { return func(
 // cannot join one (checkMesh refuses the manifest first).
 type meshNode struct{}
 
-func meshFor(*manifest.Manifest, *engine.Options) (*meshNode, error) { return nil, nil }
+func meshFor(*manifest.Manifest, *engine.Options, *durable, *slog.Logger) (*meshNode, error) {
+	return nil, nil
+}
 
 // serveMCP serves e's read_* and can_do tools through litemcp under the
 // profile's bounds.
