@@ -129,7 +129,7 @@ func (p *protector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			return
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
+		holdBody(r, body)
 		r.ContentLength = int64(len(body))
 		if r.Method == http.MethodPost { // MCP reads no other body
 			if id, tool, denied := p.deniedCall(body, principal, r.RemoteAddr); denied {

@@ -4,7 +4,9 @@ package mcpserver_test
 
 import (
 	"context"
+	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/mark3labs/mcp-go/client"
@@ -68,5 +70,52 @@ func BenchmarkHTTPToolsList(b *testing.B) {
 		if _, err := c.ListTools(context.Background(), mcp.ListToolsRequest{}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkHTTPReadCachedServer is the server's side of a cached read_*
+// over HTTP, without a client or a connection: Protect, the session table
+// and the call answered on the fast path (fastread.go) or by mcp-go.
+func BenchmarkHTTPReadCachedServer(b *testing.B) {
+	for _, path := range []string{"fast", "mcp-go"} {
+		b.Run(path, func(b *testing.B) {
+			m, diags := manifest.Parse("bench.manifest.yml", []byte(benchManifest()))
+			if diags.HasErrors() {
+				b.Fatal(diags)
+			}
+			e, s := startDevice(b, m, nil)
+			h := mcpserver.NewHTTPHandler(s, quietLogger())
+			if path == "mcp-go" {
+				mcpserver.DisableFastReads(h)
+			}
+			ph := mcpserver.Protect(h, mcpserver.Access{
+				Local:   auth.Principal{Name: "local", Role: manifest.RoleOperator, Method: auth.MethodLocal},
+				Permits: mcpserver.RolePermits(e), Logger: quietLogger(),
+			})
+			post := func(session, body string) *httptest.ResponseRecorder {
+				req := httptest.NewRequest(http.MethodPost, mcpserver.EndpointPath, strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Accept", "application/json, text/event-stream")
+				if session != "" {
+					req.Header.Set("Mcp-Session-Id", session)
+					req.Header.Set("Mcp-Protocol-Version", mcp.LATEST_LEGACY_PROTOCOL_VERSION)
+				}
+				rec := httptest.NewRecorder()
+				ph.ServeHTTP(rec, req)
+				if rec.Code/100 != 2 {
+					b.Fatalf("%s: %d %s", body, rec.Code, rec.Body)
+				}
+				return rec
+			}
+			session := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"`+mcp.LATEST_LEGACY_PROTOCOL_VERSION+
+				`","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}`).Header().Get("Mcp-Session-Id")
+			post(session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+			call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"read_temperature_01"}}`
+			post(session, call)
+			b.ReportAllocs()
+			for b.Loop() {
+				post(session, call)
+			}
+		})
 	}
 }

@@ -54,7 +54,8 @@ func (a *adapter) logFailure(ctx context.Context, tool string, res *mcp.CallTool
 	if f.IdempotencyKey != "" {
 		data["idempotency_key"] = f.IdempotencyKey
 	}
-	if a.server.SendLogMessageToClient(ctx, mcp.NewLoggingMessageNotification(mcp.LoggingLevelWarning, LogName, data)) == nil {
+	delivered, err := a.fast.notifyCallLog(ctx, mcp.NewLoggingMessageNotification(mcp.LoggingLevelWarning, LogName, data))
+	if err == nil && !delivered {
 		time.Sleep(notificationSettle)
 	}
 }
@@ -101,6 +102,6 @@ func (a *adapter) logDeviceEvent(ev engine.DeviceEvent) {
 	for _, id := range a.resources.subs.sessions() {
 		// Not sent when the session's level is above it, or its channel
 		// is full (a client not taking notifications).
-		_ = a.server.SendLogMessageToSpecificClient(id, n)
+		_ = a.fast.notifyLog(id, n)
 	}
 }

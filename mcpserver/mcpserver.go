@@ -97,6 +97,7 @@ func New(e *engine.Engine, opts Options) (*server.MCPServer, error) {
 		about["group"] = opts.Group
 	}
 	hooks := &server.Hooks{}
+	filter := roleFilter(e, opts.Caller)
 	s := server.NewMCPServer(opts.Name, opts.Version,
 		server.WithToolCapabilities(false),
 		// Subscriptions are served (resources.go); the list of resources
@@ -108,9 +109,9 @@ func New(e *engine.Engine, opts Options) (*server.MCPServer, error) {
 		server.WithRecovery(),
 		server.WithInstructions(mcpcore.Instructions(m)+mcpcore.GroupNote(m, opts.Group)),
 		server.WithExperimental(map[string]any{"promcp": about}),
-		server.WithToolFilter(roleFilter(e, opts.Caller)),
+		server.WithToolFilter(filter),
 	)
-	a := &adapter{e: e, opts: opts, m: m, surface: surface, approvals: opts.Approvals, server: s}
+	a := &adapter{e: e, opts: opts, m: m, surface: surface, approvals: opts.Approvals, server: s, fast: newFastReads(s, filter, hooks)}
 	a.resources = newResources(a, s, hooks)
 	e.OnDeviceEvent(a.logDeviceEvent)
 	handlers := map[engine.ToolKind]server.ToolHandlerFunc{engine.ToolRead: a.read, engine.ToolDo: a.do, engine.ToolCanDo: a.canDo,
@@ -118,7 +119,11 @@ func New(e *engine.Engine, opts Options) (*server.MCPServer, error) {
 		engine.ToolStream: a.stream}
 	// GroupTools lists the tools in the order of the surface's.
 	for i, t := range surface.Tools() {
-		s.AddTool(tools[i], a.logged(a.recovered(t.Kind, handlers[t.Kind])))
+		h := a.logged(a.recovered(t.Kind, handlers[t.Kind]))
+		s.AddTool(tools[i], h)
+		if t.Kind == engine.ToolRead {
+			a.fast.add(tools[i], h)
+		}
 	}
 	return s, nil
 }
@@ -133,6 +138,7 @@ type adapter struct {
 	// resources are the device and its readings, with their subscriptions.
 	resources *resources
 	server    *server.MCPServer // for notifications outside mcp-go's handlers
+	fast      *fastReads        // read_* over HTTP answered without mcp-go's request path (fastread.go)
 }
 
 // logged records every call at debug level (the engine logs refusals and

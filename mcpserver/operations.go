@@ -68,6 +68,7 @@ func (a *adapter) status(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 				return
 			}
 			sent = s.Progress
+			a.fast.notifying(ctx)
 			err := srv.SendNotificationToClient(ctx, "notifications/progress", map[string]any{
 				"progressToken": token, "progress": s.Progress, "total": 1, "message": string(s.State),
 			})

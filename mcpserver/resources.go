@@ -53,6 +53,7 @@ type resources struct {
 func newResources(a *adapter, s *server.MCPServer, hooks *server.Hooks) *resources {
 	id := a.m.Device.ID
 	r := &resources{a: a, prefix: URIScheme + "://" + id + "/", device: DeviceURI(id), readers: map[string]string{}, subs: newSubscriptions(a.opts.Logger)}
+	r.subs.notify = a.fast.notifySession
 	s.AddResource(mcp.NewResource(r.device, "device",
 		mcp.WithResourceTitle("Device "+id),
 		mcp.WithResourceDescription("What this device is and where: id, type, vendor, model, location, profile, and its capabilities with their tools."),

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -241,6 +240,7 @@ type sessionEndpoint struct {
 	table     *sessionTable
 	transport *server.StreamableHTTPServer
 	lists     *toolLists // tools/list answered from bytes (toolslist.go)
+	fast      *fastReads // read_* answered without mcp-go's request path (fastread.go); nil for other servers
 }
 
 // ResolveSessionIdManager hands mcp-go a manager bound to the request's
@@ -309,6 +309,12 @@ func (ep *sessionEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if ep.lists.serve(w, r, known) {
 		return
 	}
+	if known && ep.fast != nil {
+		if ep.fast.serve(w, r, id) {
+			return
+		}
+		ep.fast.cancel(r, id)
+	}
 	ep.transport.ServeHTTP(w, r)
 }
 
@@ -323,11 +329,10 @@ func createsSession(r *http.Request, sessionID string) (bool, json.RawMessage, e
 	default:
 		return false, nil, nil
 	}
-	body, err := io.ReadAll(r.Body)
+	body, err := requestBody(r)
 	if err != nil {
 		return false, nil, err
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
 	if !bytes.Contains(body, []byte(`"`+mcp.MethodInitialize+`"`)) {
 		return false, nil, nil
 	}

@@ -28,6 +28,9 @@ const MaxSubscriptionsPerSession = 64
 // progress), stdio's by its writer.
 type subscriptions struct {
 	logger *slog.Logger
+	// notify, when set, delivers an update to a call of the session that
+	// is answered outside mcp-go (fastread.go) and says whether it did.
+	notify func(server.ClientSession, mcp.JSONRPCNotification) bool
 
 	mu        sync.Mutex
 	live      map[string]bool // sessions mcp-go has registered and not yet ended
@@ -120,11 +123,15 @@ func (t *subscriptions) remove(id, uri string) {
 func (t *subscriptions) forward(session server.ClientSession, uri string, w *engine.Watch) {
 	dropped := 0
 	for r := range w.Updates {
+		n := updatedNotification(uri, r)
+		if t.notify != nil && t.notify(session, n) {
+			continue
+		}
 		if c, ok := session.(server.SessionWithStreamableHTTPConfig); ok {
 			c.UpgradeToSSEWhenReceiveNotification()
 		}
 		select {
-		case session.NotificationChannel() <- updatedNotification(uri, r):
+		case session.NotificationChannel() <- n:
 		default:
 			if dropped++; dropped == 1 {
 				t.logger.Warn("resource update dropped: the client is not taking notifications (open the session's GET stream)",

@@ -3,7 +3,6 @@ package mcpserver
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"mime"
 	"net"
 	"net/http"
@@ -59,8 +58,7 @@ func (l *toolLists) serve(w http.ResponseWriter, r *http.Request, session bool) 
 		return false
 	}
 	// Cheap refusal before anything is decoded: most requests are tool calls.
-	body, err := io.ReadAll(r.Body)
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	body, err := requestBody(r)
 	if err != nil || !bytes.Contains(body, []byte(`"tools/list"`)) {
 		return false
 	}

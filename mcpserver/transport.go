@@ -39,6 +39,7 @@ type HTTPHandler struct {
 	logger     *slog.Logger
 	sessions   *sessionTable
 	transports []*server.StreamableHTTPServer // one per endpoint (see NewEndpointsHandler)
+	endpoints  []*sessionEndpoint
 }
 
 // NewHTTPHandler wraps s for HTTP with the default session limits. logger
@@ -61,8 +62,10 @@ func (h *HTTPHandler) mount(path string, s *server.MCPServer) {
 	ep := &sessionEndpoint{table: h.sessions}
 	ep.transport = server.NewStreamableHTTPServer(s, server.WithStreamableHTTPLogger(h.logger), server.WithSessionIdManagerResolver(ep))
 	ep.lists = newToolLists(ep.transport)
+	ep.fast = fastReadsOf(s)
 	h.mux.Handle(path, ep)
 	h.transports = append(h.transports, ep.transport)
+	h.endpoints = append(h.endpoints, ep)
 }
 
 func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }

@@ -1,0 +1,20 @@
+package mcpserver
+
+// DisableFastReads has mcp-go answer every request of h, read_* calls
+// included (fastread.go), so that tests can compare the two.
+func DisableFastReads(h *HTTPHandler) {
+	for _, ep := range h.endpoints {
+		ep.fast = nil
+	}
+}
+
+// FastReadsServed counts the calls h's endpoints answered without mcp-go.
+func FastReadsServed(h *HTTPHandler) int64 {
+	var n int64
+	for _, ep := range h.endpoints {
+		if ep.fast != nil {
+			n += ep.fast.served.Load()
+		}
+	}
+	return n
+}

@@ -1,0 +1,472 @@
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"mime"
+	"net/http"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"weak"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// read_* over streamable HTTP without mcp-go's request path. mcp-go v1.2.1
+// decodes a tools/call body five times (its envelope, the protocol era, the
+// base message, _meta, the CallToolRequest), starts a goroutine per POST to
+// forward notifications and encodes the result through a map; for a cached
+// read that was most of the server's work (docs/performance.md). A read_*
+// call in an established session of the protocols clients speak today
+// (initialize, a session) is answered here instead: the body decoded once,
+// into the CallToolRequest mcp-go would build (by its own decoder), the
+// handler mcp-go would run (the same function value, registered with it in
+// New) and the answer mcp-go would write, as JSON or, once the session has
+// been sent a notification, as SSE. Everything else goes to mcp-go: other
+// methods and tools, batches, the 2026-07-28 era, _meta, task or multi
+// round-trip params, unknown or expired sessions, tools the caller's role
+// does not see, bodies that do not decode as a request.
+//
+// Around the handler this does what mcp-go does for physmcpd's server: the
+// request initialization hooks (physmcpd's gate), the tool filter (the same
+// roleFilter), WithRecovery, in-flight cancellation (notifications/cancelled
+// reaches these calls too, see cancel). Other hooks, tracing, request logs
+// and schema validation are not configured; a server with call hooks is left
+// to mcp-go (plainHooks). Notifications: mcp-go puts them on the session's
+// channel, which a POST in progress drains into its SSE answer, and from the
+// first one on answers every POST of the session as SSE. Every notification
+// physmcpd sends to a session goes through notifyLog, notifyCallLog,
+// notifySession or notifying here, which hand it to a call of the session
+// answered here when one is running (written before its result, never
+// dropped, where mcp-go may drop one: docs/interop.md, "Known trap") and
+// otherwise to mcp-go, and remember that the session is upgraded. An
+// upgraded session, or one with a notification waiting, is answered by
+// mcp-go, which drains its channel as before. TestFastReadsAnswerAsMCPGo and
+// the tests after it send the same requests to both paths.
+
+// fastEndpoints finds the fast path of a server New built; it holds neither.
+var fastEndpoints sync.Map // weak.Pointer[server.MCPServer] → weak.Pointer[fastReads]
+
+func fastReadsOf(s *server.MCPServer) *fastReads {
+	v, ok := fastEndpoints.Load(weak.Make(s))
+	if !ok {
+		return nil
+	}
+	return v.(weak.Pointer[fastReads]).Value()
+}
+
+type fastReads struct {
+	server   *server.MCPServer
+	hooks    *server.Hooks
+	filter   server.ToolFilterFunc
+	handlers map[string]server.ToolHandlerFunc // the endpoint's read_* tools
+	tools    map[string]mcp.Tool
+
+	mu       sync.Mutex
+	sessions map[string]*fastSession // registered with mcp-go, by id
+
+	served atomic.Int64 // calls answered here, which tests check
+}
+
+type fastSession struct {
+	session  server.ClientSession
+	upgraded bool        // mcp-go answers this session's POSTs as SSE
+	calls    []*fastCall // answered here, running
+}
+
+// fastCall is a read running on the fast path.
+type fastCall struct {
+	id     any // the request's, as mcp-go holds it
+	cancel context.CancelFunc
+	notes  []mcp.JSONRPCNotification // to send before the result, in order
+}
+
+func newFastReads(s *server.MCPServer, filter server.ToolFilterFunc, hooks *server.Hooks) *fastReads {
+	f := &fastReads{server: s, hooks: hooks, filter: filter, handlers: map[string]server.ToolHandlerFunc{}, tools: map[string]mcp.Tool{},
+		sessions: map[string]*fastSession{}}
+	hooks.AddOnRegisterSession(func(_ context.Context, session server.ClientSession) {
+		f.mu.Lock()
+		f.sessions[session.SessionID()] = &fastSession{session: session}
+		f.mu.Unlock()
+	})
+	hooks.AddOnUnregisterSession(func(_ context.Context, session server.ClientSession) {
+		f.mu.Lock()
+		delete(f.sessions, session.SessionID())
+		f.mu.Unlock()
+	})
+	key := weak.Make(s)
+	fastEndpoints.Store(key, weak.Make(f)) // the adapter, which s's handlers hold, keeps f
+	runtime.AddCleanup(s, func(key weak.Pointer[server.MCPServer]) { fastEndpoints.Delete(key) }, key)
+	return f
+}
+
+// add serves tool on the fast path with h, the handler registered with mcp-go.
+func (f *fastReads) add(tool mcp.Tool, h server.ToolHandlerFunc) {
+	f.tools[tool.Name] = tool
+	f.handlers[tool.Name] = h
+}
+
+// fastMessage is a JSON-RPC message decoded as mcp-go decodes a tools/call:
+// the request through mcp-go's own CallToolRequest (its params decoder), and
+// the fields by which mcp-go tells a request from a response.
+type fastMessage struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Result  json.RawMessage `json:"result"`
+	Error   json.RawMessage `json:"error"`
+	mcp.CallToolRequest
+}
+
+// serve answers r, a POST of session id (open on this endpoint), if it is a
+// read_* call it can answer, and says whether it did.
+func (f *fastReads) serve(w http.ResponseWriter, r *http.Request, id string) bool {
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			return false
+		}
+	}
+	if v := r.Header.Get(mcp.HeaderProtocolVersion); mcp.IsModernProtocol(v) || v != "" && !mcp.IsValidProtocolVersion(v) || rebinding(r) {
+		return false
+	}
+	body, err := requestBody(r)
+	if err != nil || !bytes.Contains(body, []byte(`"tools/call"`)) {
+		return false
+	}
+	var msg fastMessage
+	if json.Unmarshal(body, &msg) != nil || msg.JSONRPC != mcp.JSONRPC_VERSION || msg.Method != string(mcp.MethodToolsCall) ||
+		len(msg.Result) > 0 || len(msg.Error) > 0 || len(msg.ID) == 0 || msg.ID[0] != '"' && msg.ID[0] != '-' && (msg.ID[0] < '0' || msg.ID[0] > '9') {
+		return false
+	}
+	p := msg.Params
+	if p.Meta != nil || p.Task != nil || p.InputResponses != nil || p.RequestState != "" {
+		return false
+	}
+	handler, tool := f.handlers[p.Name], f.tools[p.Name]
+	if handler == nil || len(f.filter(r.Context(), []mcp.Tool{tool})) != 1 || !f.plainHooks() {
+		return false // mcp-go answers that it has no such tool, or runs hooks this path does not
+	}
+	var reqID any // as mcp-go holds it (numbers as float64)
+	if json.Unmarshal(msg.ID, &reqID) != nil {
+		return false
+	}
+	call := &fastCall{id: reqID}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	call.cancel = cancel
+	session, ok := f.begin(id, p.Name, call)
+	if !ok {
+		return false
+	}
+	ctx = f.server.WithContext(ctx, session)
+	response := f.call(ctx, call, reqID, body, msg.CallToolRequest, r.Header, handler)
+
+	f.served.Add(1)
+	notes, sse := f.end(id, call)
+	if r.Context().Err() != nil {
+		return true // the client is gone; mcp-go writes nothing then either
+	}
+	_, canStream := w.(http.Flusher)
+	if sse && canStream {
+		h := w.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Connection", "keep-alive")
+		h.Set("Cache-Control", "no-cache")
+		w.WriteHeader(http.StatusOK)
+		for _, n := range notes {
+			writeEvent(w, n)
+		}
+		writeEvent(w, response)
+		return true
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	if out, ok := appendResponse(nil, response); ok {
+		_, _ = w.Write(out)
+	} else {
+		_ = json.NewEncoder(w).Encode(response)
+	}
+	return true
+}
+
+// appendResponse appends what mcp-go's json.NewEncoder(w).Encode writes for
+// a tool result in the form the adapter's result gives (one text block and
+// its JSON as structured content), without the reflection: a third of the
+// fast path's time was mcp-go's encoding (CallToolResult.MarshalJSON builds a
+// map, the encoder validates and compacts its output again). Any other
+// message says false. TestFastReadsEncodeAsMCPGo compares the two.
+func appendResponse(b []byte, msg mcp.JSONRPCMessage) ([]byte, bool) {
+	resp, ok := msg.(mcp.JSONRPCResponse)
+	if !ok {
+		return b, false
+	}
+	res, ok := resp.Result.(*mcp.CallToolResult)
+	if !ok || res.Meta != nil || res.ResultType != "" || len(res.InputRequests) > 0 || res.RequestState != "" ||
+		len(res.Content) != 1 || len(res.RawStructuredContent) == 0 {
+		return b, false
+	}
+	text, ok := res.Content[0].(mcp.TextContent)
+	if !ok || text.Annotations != nil || text.Meta != nil || text.Type != mcp.ContentTypeText {
+		return b, false
+	}
+	id, err := resp.ID.MarshalJSON()
+	if err != nil {
+		return b, false
+	}
+	str, err := json.Marshal(text.Text) // escaped as the encoder escapes it
+	if err != nil {
+		return b, false
+	}
+	out := bytes.NewBuffer(slices.Grow(b, len(id)+len(str)+len(res.RawStructuredContent)+128))
+	out.WriteString(`{"jsonrpc":"2.0","id":`)
+	out.Write(id)
+	out.WriteString(`,"result":{"content":[{"type":"text","text":`)
+	out.Write(str)
+	out.WriteString("}]")
+	if res.IsError {
+		out.WriteString(`,"isError":true`)
+	}
+	out.WriteString(`,"structuredContent":`)
+	start := out.Len()
+	if json.Compact(out, res.RawStructuredContent) != nil {
+		return b, false
+	}
+	// The encoder also escapes <, >, & and U+2028/9, which the adapter's
+	// json.Marshal has done already unless the content came from elsewhere.
+	if structured := out.Bytes()[start:]; bytes.ContainsAny(structured, "<>&\u2028\u2029") {
+		escaped := bytes.NewBuffer(nil)
+		json.HTMLEscape(escaped, structured)
+		out.Truncate(start)
+		out.Write(escaped.Bytes())
+	}
+	out.WriteString("}}\n")
+	return out.Bytes(), true
+}
+
+// call runs the handler as mcp-go's HandleMessage and handleToolCall do for
+// this request, and returns the message mcp-go would answer.
+func (f *fastReads) call(ctx context.Context, call *fastCall, reqID any, body []byte, req mcp.CallToolRequest, header http.Header,
+	handler server.ToolHandlerFunc) mcp.JSONRPCMessage {
+	for _, hook := range f.hooks.OnRequestInitialization {
+		if err := hook(ctx, reqID, json.RawMessage(body)); err != nil {
+			return rpcErrorMessage(reqID, mcp.INVALID_REQUEST, err.Error())
+		}
+	}
+	ctx = server.WithRequestProtocolInfo(ctx, &server.RequestProtocolInfo{})
+	ctx = context.WithValue(ctx, fastCallKey{}, call)
+	req.Header = header
+	res, err := mcpGoRecovery(handler)(ctx, req)
+	switch {
+	case err != nil:
+		return rpcErrorMessage(reqID, mcp.INTERNAL_ERROR, err.Error())
+	case res == nil:
+		return rpcErrorMessage(reqID, mcp.INTERNAL_ERROR, fmt.Sprintf("tool '%s' handler returned no result", req.Params.Name))
+	}
+	return mcp.NewJSONRPCResultResponse(mcp.NewRequestId(reqID), res)
+}
+
+// mcpGoRecovery is mcp-go's WithRecovery, which New configures: the only tool
+// handler middleware mcp-go runs for physmcpd's tools.
+func mcpGoRecovery(h server.ToolHandlerFunc) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (res *mcp.CallToolResult, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("panic recovered in %s tool handler: %v", req.Params.Name, r)
+			}
+		}()
+		return h(ctx, req)
+	}
+}
+
+// plainHooks says that mcp-go runs no hooks around a tool call other than
+// the request initialization ones, which call runs.
+func (f *fastReads) plainHooks() bool {
+	h := f.hooks
+	return len(h.OnBeforeAny)+len(h.OnSuccess)+len(h.OnError)+len(h.OnBeforeCallTool)+len(h.OnAfterCallTool) == 0
+}
+
+func rpcErrorMessage(id any, code int, message string) mcp.JSONRPCError {
+	return mcp.JSONRPCError{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId(id), Error: mcp.NewJSONRPCErrorDetails(code, message, nil)}
+}
+
+// writeEvent writes one SSE event as mcp-go does, and flushes it.
+func writeEvent(w http.ResponseWriter, msg any) {
+	data, err := json.Marshal(msg)
+	if err != nil {
+		return
+	}
+	_, _ = fmt.Fprintf(w, "event: message\ndata: %s\n\n", data)
+	w.(http.Flusher).Flush()
+}
+
+type fastCallKey struct{}
+
+// begin records call of tool as running in session id and returns the
+// session, or says that mcp-go must answer: a session it has not registered
+// (or ended), one it answers as SSE, one with notifications waiting for a
+// POST, or one with a tool of its own by that name.
+func (f *fastReads) begin(id, tool string, call *fastCall) (server.ClientSession, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.sessions[id]
+	if s == nil || s.upgraded || len(s.session.NotificationChannel()) > 0 {
+		return nil, false
+	}
+	if st, ok := s.session.(server.SessionWithTools); ok {
+		if _, own := st.GetSessionTools()[tool]; own {
+			return nil, false
+		}
+	}
+	s.calls = append(s.calls, call)
+	return s.session, true
+}
+
+// end removes call and returns the notifications it is to send first, and
+// whether it answers as SSE.
+func (f *fastReads) end(id string, call *fastCall) ([]mcp.JSONRPCNotification, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.sessions[id]
+	if s == nil {
+		return call.notes, len(call.notes) > 0
+	}
+	for i, c := range s.calls {
+		if c == call {
+			s.calls = append(s.calls[:i], s.calls[i+1:]...)
+			break
+		}
+	}
+	return call.notes, s.upgraded || len(call.notes) > 0
+}
+
+// Notifications. Each function below stands for one of mcp-go's: it delivers
+// to a call answered here when there is one to deliver to, else lets mcp-go
+// send; either way it records that mcp-go now answers the session as SSE.
+
+// notifyLog is SendLogMessageToSpecificClient.
+func (f *fastReads) notifyLog(id string, n mcp.LoggingMessageNotification) error {
+	f.mu.Lock()
+	s := f.sessions[id]
+	if s != nil && s.wantsLog(n.Params.Level) && f.deliverLocked(s, nil, logNotification(n)) {
+		f.mu.Unlock()
+		return nil
+	}
+	f.mu.Unlock()
+	return f.server.SendLogMessageToSpecificClient(id, n)
+}
+
+// notifyCallLog is SendLogMessageToClient for a tool handler's ctx; it says
+// whether the message went to the answer of the call (answered here) or to
+// mcp-go, which writes it on the call's POST if it is still running.
+func (f *fastReads) notifyCallLog(ctx context.Context, n mcp.LoggingMessageNotification) (delivered bool, err error) {
+	if session := server.ClientSessionFromContext(ctx); session != nil {
+		call, _ := ctx.Value(fastCallKey{}).(*fastCall)
+		f.mu.Lock()
+		s := f.sessions[session.SessionID()]
+		if s != nil && s.wantsLog(n.Params.Level) {
+			if call != nil && f.deliverLocked(s, call, logNotification(n)) {
+				f.mu.Unlock()
+				return true, nil
+			}
+			s.upgraded = true
+		}
+		f.mu.Unlock()
+	}
+	return false, f.server.SendLogMessageToClient(ctx, n)
+}
+
+// notifySession stands for putting n on session's channel (subscriptions);
+// false means the caller is to do that.
+func (f *fastReads) notifySession(session server.ClientSession, n mcp.JSONRPCNotification) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.sessions[session.SessionID()]
+	return s != nil && f.deliverLocked(s, nil, n)
+}
+
+// notifying is called before mcp-go sends a notification to ctx's session
+// that never goes to a call answered here (progress of read_status_*).
+func (f *fastReads) notifying(ctx context.Context) {
+	if session := server.ClientSessionFromContext(ctx); session != nil {
+		f.mu.Lock()
+		if s := f.sessions[session.SessionID()]; s != nil {
+			s.upgraded = true
+		}
+		f.mu.Unlock()
+	}
+}
+
+// deliverLocked marks s upgraded and, when a call of s answered here is
+// running (call itself if it is one), hands it n and says so. mcp-go marks
+// its session too, as its senders do, for the POSTs it answers later.
+func (f *fastReads) deliverLocked(s *fastSession, call *fastCall, n mcp.JSONRPCNotification) bool {
+	s.upgraded = true
+	if call == nil || !slices.Contains(s.calls, call) {
+		if len(s.calls) == 0 {
+			return false
+		}
+		call = s.calls[0]
+	}
+	if c, ok := s.session.(server.SessionWithStreamableHTTPConfig); ok {
+		c.UpgradeToSSEWhenReceiveNotification()
+	}
+	call.notes = append(call.notes, n)
+	return true
+}
+
+// wantsLog is mcp-go's test before it sends a log message to a session.
+func (s *fastSession) wantsLog(level mcp.LoggingLevel) bool {
+	l, ok := s.session.(server.SessionWithLogging)
+	return ok && s.session.Initialized() && level.ShouldSendTo(l.GetLogLevel())
+}
+
+// logNotification is n as mcp-go sends it (its buildLogNotification).
+func logNotification(n mcp.LoggingMessageNotification) mcp.JSONRPCNotification {
+	return mcp.JSONRPCNotification{
+		JSONRPC: mcp.JSONRPC_VERSION,
+		Notification: mcp.Notification{
+			Method: n.Method,
+			Params: mcp.NotificationParams{AdditionalFields: map[string]any{
+				"level": n.Params.Level, "logger": n.Params.Logger, "data": n.Params.Data,
+			}},
+		},
+	}
+}
+
+// cancel ends the call answered here that a notifications/cancelled posted
+// in session id names, as mcp-go ends its own (then mcp-go handles the
+// notification as before). The body is decoded only when it may be one.
+func (f *fastReads) cancel(r *http.Request, id string) {
+	if r.Method != http.MethodPost {
+		return
+	}
+	body, err := requestBody(r)
+	if err != nil || !bytes.Contains(body, []byte(mcp.MethodNotificationCancelled)) {
+		return
+	}
+	var n mcp.JSONRPCNotification
+	if json.Unmarshal(body, &n) != nil || n.Method != string(mcp.MethodNotificationCancelled) {
+		return
+	}
+	reqID, ok := n.Params.AdditionalFields["requestId"]
+	if !ok {
+		return
+	}
+	// mcp-go keys its calls by session and fmt's %v of the id (so "1" and
+	// 1 are one key), and keeps the latest call per key.
+	key := fmt.Sprint(reqID)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s := f.sessions[id]; s != nil {
+		for _, c := range slices.Backward(s.calls) {
+			if fmt.Sprint(c.id) == key {
+				c.cancel()
+				return
+			}
+		}
+	}
+}
