@@ -2,7 +2,6 @@ package mcpserver
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,16 +13,10 @@ import (
 )
 
 // ServeStdio serves s on in/out (newline-delimited JSON-RPC) until in ends or
-// ctx is cancelled; both are a clean end (nil). mcp-go's transport errors go
-// to slog.Default at error level.
+// ctx is cancelled; both are a clean end (nil). It is ServeStream with the
+// default limits.
 func ServeStdio(ctx context.Context, s *server.MCPServer, in io.Reader, out io.Writer) error {
-	stdio := server.NewStdioServer(s)
-	stdio.SetErrorLogger(slog.NewLogLogger(slog.Default().Handler(), slog.LevelError))
-	err := stdio.Listen(ctx, in, out)
-	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		return nil
-	}
-	return err
+	return ServeStream(ctx, s, in, out, StreamLimits{})
 }
 
 // EndpointPath is where the streamable HTTP transport is served.

@@ -1,0 +1,258 @@
+package mcpserver
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/physmcp/physmcpd/internal/ndjson"
+)
+
+// The stream transport (stdio, a serial line) reads, dispatches and writes
+// the newline-delimited messages itself and hands each to mcp-go's
+// MCPServer.HandleMessage, which does the rest as for any transport (hooks,
+// the tool filter, recovery, in-flight cancellation). It replaces mcp-go's
+// StdioServer, which decoded each message five times before HandleMessage
+// did (into a RawMessage, for each kind of answer to a request of its own,
+// for its method), read each line on a goroutine of its own and wrote each
+// answer through fmt: a third of a proxy's CPU time per read over a serial
+// line. physmcpd sends its clients no requests (sampling, elicitation as a
+// request, roots), so answers from the client are dropped, as
+// HandleMessage drops them.
+
+// Defaults of StreamLimits, mcp-go's StdioServer's.
+const (
+	defaultStreamWorkers = 5
+	defaultStreamQueue   = 100
+)
+
+// serveLines runs one session of s on in/out. When in ends, the tool calls
+// already read are answered (a do_ sent just before the client closed its
+// end still acts once and says so), then the session's other requests are
+// cancelled; when ctx ends, everything is.
+func serveLines(ctx context.Context, s *server.MCPServer, in io.Reader, out io.Writer, lim StreamLimits) error {
+	workers, queue := lim.Workers, lim.Queue
+	if workers <= 0 {
+		workers = defaultStreamWorkers
+	}
+	if queue <= 0 {
+		queue = defaultStreamQueue
+	}
+	session := &streamSession{notifications: make(chan mcp.JSONRPCNotification, 100)}
+	if err := s.RegisterSession(ctx, session); err != nil {
+		return err
+	}
+	defer s.UnregisterSession(ctx, session.SessionID())
+	ctx, cancel := context.WithCancel(s.WithContext(ctx, session))
+	defer cancel()
+
+	w := &lineWriter{out: out}
+	var pool, others sync.WaitGroup
+	others.Go(func() {
+		for {
+			select {
+			case n := <-session.notifications:
+				w.send(n)
+			case <-ctx.Done():
+				return
+			}
+		}
+	})
+	calls := make(chan json.RawMessage, queue)
+	for range workers {
+		pool.Go(func() {
+			for {
+				select {
+				case msg, ok := <-calls:
+					if !ok {
+						return
+					}
+					w.send(s.HandleMessage(ctx, msg))
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
+	}
+	requests := &group{}
+	done := make(chan error, 1)
+	go func() {
+		done <- readLines(ctx, s, bufio.NewReaderSize(in, 4096), lim.MaxMessageBytes, calls, w, requests)
+	}()
+	var err error
+	select {
+	case err = <-done:
+		close(calls) // the reader was its only sender
+		pool.Wait()
+	case <-ctx.Done():
+		// The reader may sit in a Read that only the end of in (closing
+		// the line, the process exiting) ends; it starts nothing more.
+		err = ctx.Err()
+	}
+	cancel()
+	pool.Wait()
+	requests.closeAndWait()
+	others.Wait()
+	return err
+}
+
+// readLines dispatches each message until in ends: tools/call to the
+// workers (the reader waiting when they and the queue are full), any other
+// request on its own goroutine (one may block, such as subscriptions/listen),
+// notifications and messages that do not decode here.
+func readLines(ctx context.Context, s *server.MCPServer, in *bufio.Reader, limit int, calls chan<- json.RawMessage, w *lineWriter, requests *group) error {
+	for {
+		line, err := ndjson.ReadLine(in, limit)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		msg := json.RawMessage(bytes.Clone(line)) // the reader's buffer is reused
+		var head struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		switch {
+		case json.Unmarshal(msg, &head) != nil || head.ID == nil:
+			// a notification, or what HandleMessage answers with a parse error
+			w.send(s.HandleMessage(ctx, msg))
+		case head.Method == string(mcp.MethodToolsCall):
+			select {
+			case calls <- msg:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		case head.Method != "":
+			if !requests.Go(func() { w.send(s.HandleMessage(ctx, msg)) }) {
+				return ctx.Err()
+			}
+		}
+	}
+}
+
+// group runs goroutines until it is closed, and waits for them.
+type group struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// Go runs f unless the group is closed, and says whether it does.
+func (g *group) Go(f func()) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.wg.Go(f)
+	return true
+}
+
+func (g *group) closeAndWait() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	g.wg.Wait()
+}
+
+// lineWriter writes one message a line; the workers, the request goroutines
+// and the notifications share it.
+type lineWriter struct {
+	mu  sync.Mutex
+	out io.Writer
+}
+
+func (w *lineWriter) send(m mcp.JSONRPCMessage) {
+	if m == nil {
+		return // a notification handled, an answer from the client dropped
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		slog.Error("cannot encode an answer on the stream", "err", err)
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, err := w.out.Write(append(b, '\n')); err != nil {
+		slog.Debug("cannot answer on the stream", "err", err)
+	}
+}
+
+// streamSession is the one client of a stream: what mcp-go keeps of it
+// (initialized, the log level it set, its info and capabilities, the
+// protocol version negotiated) and the notifications it is sent.
+type streamSession struct {
+	notifications chan mcp.JSONRPCNotification
+	initialized   atomic.Bool
+	level         atomic.Value // mcp.LoggingLevel
+	info          atomic.Value // mcp.Implementation
+	caps          atomic.Value // mcp.ClientCapabilities
+	version       atomic.Value // string
+}
+
+var (
+	_ server.SessionWithLogging         = (*streamSession)(nil)
+	_ server.SessionWithClientInfo      = (*streamSession)(nil)
+	_ server.SessionWithProtocolVersion = (*streamSession)(nil)
+)
+
+// SessionID is the one mcp-go's StdioServer gives its session.
+func (s *streamSession) SessionID() string { return "stdio" }
+
+func (s *streamSession) NotificationChannel() chan<- mcp.JSONRPCNotification {
+	return s.notifications
+}
+
+func (s *streamSession) Initialize() {
+	s.level.Store(mcp.LoggingLevelError) // mcp-go's default
+	s.initialized.Store(true)
+}
+
+func (s *streamSession) Initialized() bool { return s.initialized.Load() }
+
+func (s *streamSession) SetLogLevel(l mcp.LoggingLevel) { s.level.Store(l) }
+
+func (s *streamSession) GetLogLevel() mcp.LoggingLevel {
+	if l, ok := s.level.Load().(mcp.LoggingLevel); ok {
+		return l
+	}
+	return mcp.LoggingLevelError
+}
+
+func (s *streamSession) GetClientInfo() mcp.Implementation {
+	i, _ := s.info.Load().(mcp.Implementation)
+	return i
+}
+
+func (s *streamSession) SetClientInfo(i mcp.Implementation) { s.info.Store(i) }
+
+func (s *streamSession) GetClientCapabilities() mcp.ClientCapabilities {
+	c, _ := s.caps.Load().(mcp.ClientCapabilities)
+	return c
+}
+
+func (s *streamSession) SetClientCapabilities(c mcp.ClientCapabilities) { s.caps.Store(c) }
+
+func (s *streamSession) ProtocolVersion() string {
+	v, _ := s.version.Load().(string)
+	return v
+}
+
+func (s *streamSession) SetProtocolVersion(v string) { s.version.Store(v) }
