@@ -125,6 +125,9 @@ type fastMessage struct {
 // serve answers r, a POST of session id (open on this endpoint), if it is a
 // read_* call it can answer, and says whether it did.
 func (f *fastReads) serve(w http.ResponseWriter, r *http.Request, id string) bool {
+	if r.Method != http.MethodPost {
+		return false
+	}
 	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
 		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
 			return false

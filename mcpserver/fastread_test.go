@@ -217,6 +217,7 @@ var fastSteps = []fastStep{
 	{name: "unknown session", headers: map[string]string{"Mcp-Session-Id": "mcp-session-nothing"}, body: callBody("34", `{"name":"read_level"}`)},
 	{name: "no session", headers: map[string]string{"Mcp-Session-Id": ""}, body: callBody("35", `{"name":"read_level"}`)},
 	{name: "GET", method: http.MethodGet, headers: map[string]string{"Accept": "text/event-stream"}},
+	{name: "PUT", method: http.MethodPut, body: callBody("36", `{"name":"read_level"}`)},
 }
 
 // fastStepsAnswer sends steps to both twins in their sessions, compares
