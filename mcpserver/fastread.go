@@ -25,8 +25,8 @@ import (
 // call in an established session of the protocols clients speak today
 // (initialize, a session) is answered here instead: the body decoded once,
 // into the CallToolRequest mcp-go would build (by its own decoder), the
-// handler mcp-go would run (the same function value, registered with it in
-// New) and the answer mcp-go would write, as JSON or, once the session has
+// handler mcp-go would run (the one it holds for the tool) and the answer
+// mcp-go would write, as JSON or, once the session has
 // been sent a notification, as SSE. Everything else goes to mcp-go: other
 // methods and tools, batches, the 2026-07-28 era, _meta, task or multi
 // round-trip params, unknown or expired sessions, tools the caller's role
@@ -61,11 +61,10 @@ func fastReadsOf(s *server.MCPServer) *fastReads {
 }
 
 type fastReads struct {
-	server   *server.MCPServer
-	hooks    *server.Hooks
-	filter   server.ToolFilterFunc
-	handlers map[string]server.ToolHandlerFunc // the endpoint's read_* tools
-	tools    map[string]mcp.Tool
+	server *server.MCPServer
+	hooks  *server.Hooks
+	filter server.ToolFilterFunc
+	reads  map[string]bool // the endpoint's read_* tools
 
 	mu       sync.Mutex
 	sessions map[string]*fastSession // registered with mcp-go, by id
@@ -87,8 +86,7 @@ type fastCall struct {
 }
 
 func newFastReads(s *server.MCPServer, filter server.ToolFilterFunc, hooks *server.Hooks) *fastReads {
-	f := &fastReads{server: s, hooks: hooks, filter: filter, handlers: map[string]server.ToolHandlerFunc{}, tools: map[string]mcp.Tool{},
-		sessions: map[string]*fastSession{}}
+	f := &fastReads{server: s, hooks: hooks, filter: filter, reads: map[string]bool{}, sessions: map[string]*fastSession{}}
 	hooks.AddOnRegisterSession(func(_ context.Context, session server.ClientSession) {
 		f.mu.Lock()
 		f.sessions[session.SessionID()] = &fastSession{session: session}
@@ -105,11 +103,10 @@ func newFastReads(s *server.MCPServer, filter server.ToolFilterFunc, hooks *serv
 	return f
 }
 
-// add serves tool on the fast path with h, the handler registered with mcp-go.
-func (f *fastReads) add(tool mcp.Tool, h server.ToolHandlerFunc) {
-	f.tools[tool.Name] = tool
-	f.handlers[tool.Name] = h
-}
+// addRead has the fast path answer calls of tool, a read_* tool (its
+// handler sends no progress and asks the client nothing). The call runs the
+// handler mcp-go holds for it then, if it still has the tool.
+func (f *fastReads) addRead(tool string) { f.reads[tool] = true }
 
 // fastMessage is a JSON-RPC message decoded as mcp-go decodes a tools/call:
 // the request through mcp-go's own CallToolRequest (its params decoder), and
@@ -149,9 +146,12 @@ func (f *fastReads) serve(w http.ResponseWriter, r *http.Request, id string) boo
 	if p.Meta != nil || p.Task != nil || p.InputResponses != nil || p.RequestState != "" {
 		return false
 	}
-	handler, tool := f.handlers[p.Name], f.tools[p.Name]
-	if handler == nil || len(f.filter(r.Context(), []mcp.Tool{tool})) != 1 || !f.plainHooks() {
-		return false // mcp-go answers that it has no such tool, or runs hooks this path does not
+	if !f.reads[p.Name] || !f.plainHooks() {
+		return false
+	}
+	tool := f.server.GetTool(p.Name)
+	if tool == nil || len(f.filter(r.Context(), []mcp.Tool{tool.Tool})) != 1 {
+		return false // mcp-go answers that it has no such tool
 	}
 	var reqID any // as mcp-go holds it (numbers as float64)
 	if json.Unmarshal(msg.ID, &reqID) != nil {
@@ -166,7 +166,7 @@ func (f *fastReads) serve(w http.ResponseWriter, r *http.Request, id string) boo
 		return false
 	}
 	ctx = f.server.WithContext(ctx, session)
-	response := f.call(ctx, call, reqID, body, msg.CallToolRequest, r.Header, handler)
+	response := f.call(ctx, call, reqID, body, msg.CallToolRequest, r.Header, tool.Handler)
 
 	f.served.Add(1)
 	notes, sse := f.end(id, call)

@@ -19,6 +19,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/physmcp/physmcpd/auth"
 	"github.com/physmcp/physmcpd/drivers"
@@ -37,6 +38,7 @@ import (
 // fastTwin is one side: a tank served over HTTP.
 type fastTwin struct {
 	url     string
+	server  *server.MCPServer
 	handler *mcpserver.HTTPHandler
 	clk     *testclock.Clock
 	bus     interface{ SetOffline(bool) }
@@ -68,7 +70,7 @@ func fastTwins(t *testing.T, protect bool) [2]*fastTwin {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d.handler = mcpserver.NewHTTPHandler(s, quietLogger())
+		d.server, d.handler = s, mcpserver.NewHTTPHandler(s, quietLogger())
 		if i == 1 {
 			mcpserver.DisableFastReads(d.handler)
 		}
@@ -556,5 +558,24 @@ func TestFastReadsConcurrent(t *testing.T) {
 	wg.Wait()
 	if mcpserver.FastReadsServed(d.handler) == 0 {
 		t.Error("the fast path answered none")
+	}
+}
+
+// A read_* tool mcp-go no longer holds, or holds with another handler, is
+// answered as mcp-go answers it.
+func TestFastReadsFollowMCPGoTools(t *testing.T) {
+	twins := fastTwins(t, false)
+	sessions := [2]string{rawSessionOf(t, twins[0].url), rawSessionOf(t, twins[1].url)}
+	for _, d := range twins {
+		d.server.DeleteTools("read_pressure")
+		d.server.AddTool(mcp.NewTool("read_level", mcp.WithDescription("replaced")), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText("replaced"), nil
+		})
+	}
+	fastStepsAnswer(t, twins, sessions, []fastStep{{name: "removed tool", body: callBody("1", `{"name":"read_pressure"}`)}})
+	served := mcpserver.FastReadsServed(twins[0].handler)
+	a := fastStepsAnswer(t, twins, sessions, []fastStep{{name: "replaced tool", body: callBody("2", `{"name":"read_level"}`)}})
+	if !strings.Contains(a.body, `"text":"replaced"`) || mcpserver.FastReadsServed(twins[0].handler) != served+1 {
+		t.Errorf("the fast path did not run the handler mcp-go holds: %v", a)
 	}
 }

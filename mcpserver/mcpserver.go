@@ -119,10 +119,9 @@ func New(e *engine.Engine, opts Options) (*server.MCPServer, error) {
 		engine.ToolStream: a.stream}
 	// GroupTools lists the tools in the order of the surface's.
 	for i, t := range surface.Tools() {
-		h := a.logged(a.recovered(t.Kind, handlers[t.Kind]))
-		s.AddTool(tools[i], h)
+		s.AddTool(tools[i], a.logged(a.recovered(t.Kind, handlers[t.Kind])))
 		if t.Kind == engine.ToolRead {
-			a.fast.add(tools[i], h)
+			a.fast.addRead(t.Name)
 		}
 	}
 	return s, nil
