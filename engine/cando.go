@@ -340,15 +340,17 @@ func (e *Engine) dryRun(ctx context.Context, pt *point, caller Caller, in promcp
 	if d.permission != promcp.Allowed && d.permission != promcp.RequiresHumanApproval {
 		return d
 	}
-	if clearsAt, err := e.breakerBlocks(pt); err != nil {
-		blocked := deny(promcp.SourceUnreachable, "the device does not answer: %v", err)
-		blocked.clearsAt = clearsAt
-		return blocked
-	}
+	// What is known of the device without asking it says more than its
+	// breaker: why it is away (the mesh lists it dead).
 	if l, ok := pt.drv.(drivers.Liveness); ok {
 		if err := l.Offline(); err != nil {
 			return deny(promcp.SourceUnreachable, "%v", err)
 		}
+	}
+	if clearsAt, err := e.breakerBlocks(pt); err != nil {
+		blocked := deny(promcp.SourceUnreachable, "the device does not answer: %v", err)
+		blocked.clearsAt = clearsAt
+		return blocked
 	}
 	if pt.c.Kind == manifest.KindDo {
 		if il := e.interlocks(ctx, pt, d.value, false); il.permission != promcp.Allowed {

@@ -22,6 +22,7 @@ type catalog struct {
 	// buses adopted since start-up.
 	m      *manifest.Manifest
 	tools  []Tool
+	served map[string]bool   // the tools' names
 	points map[string]*point // by tool name
 	// byLocation groups points that address the same register or line, so a
 	// write invalidates the cached reads that would otherwise hide it.
@@ -37,6 +38,18 @@ type catalog struct {
 }
 
 func (e *Engine) catalog() *catalog { return e.cat.Load() }
+
+// setTools makes the tools of m cat's.
+func (cat *catalog) setTools() {
+	cat.tools = toolList(cat.m)
+	cat.served = make(map[string]bool, len(cat.tools))
+	for _, t := range cat.tools {
+		cat.served[t.Name] = true
+	}
+}
+
+// Serves reports whether tool is one of the engine's tools now.
+func (e *Engine) Serves(tool string) bool { return e.catalog().served[tool] }
 
 // Adopt serves caps, bound to b, as the capabilities of bus (an mcp bus:
 // src says where it adopts from), in place of whatever bus served before:
@@ -94,7 +107,7 @@ func (e *Engine) Adopt(src *manifest.Bus, b drivers.Bus, caps []*manifest.Capabi
 			pt.site.note(pt.tool, Write{At: h.Last, Value: h.LastValue, Seq: h.Seq, Key: h.Key})
 		}
 	}
-	next.tools = toolList(next.m)
+	next.setTools()
 	// The new bus starts with a closed breaker: a device that came back,
 	// or moved, is tried at once.
 	e.faults.devices.Delete(src.Name)
@@ -127,7 +140,7 @@ func (e *Engine) Unadopt(bus string) error {
 	delete(next.m.Buses, bus)
 	delete(next.buses, bus)
 	delete(next.busCounts, bus)
-	next.tools = toolList(next.m)
+	next.setTools()
 	e.faults.devices.Delete(bus)
 	e.cat.Store(next)
 	e.retire(retired, "its device is no longer adopted")
@@ -140,16 +153,21 @@ func (e *Engine) Unadopt(bus string) error {
 }
 
 // OnToolsChange registers f, called after every change of the tools served
-// (Adopt, Unadopt), so transports can list them again.
+// (Adopt, Unadopt), one change at a time, so transports can list them
+// again. f may register more listeners (a new endpoint for a new group);
+// they hear of the next change.
 func (e *Engine) OnToolsChange(f func()) {
-	e.adoptMu.Lock()
-	defer e.adoptMu.Unlock()
+	e.onChangeMu.Lock()
+	defer e.onChangeMu.Unlock()
 	e.onChange = append(e.onChange, f)
 }
 
 // changed calls the OnToolsChange listeners; adoptMu is held.
 func (e *Engine) changed() {
-	for _, f := range e.onChange {
+	e.onChangeMu.Lock()
+	listeners := slices.Clone(e.onChange)
+	e.onChangeMu.Unlock()
+	for _, f := range listeners {
 		f()
 	}
 }

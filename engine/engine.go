@@ -66,9 +66,10 @@ type Engine struct {
 	cat atomic.Pointer[catalog]
 	// adoptMu orders changes of the catalog; sites are shared by the
 	// points of every catalog (written under it).
-	adoptMu  sync.Mutex
-	sites    map[string]*site // by location
-	onChange []func()
+	adoptMu    sync.Mutex
+	sites      map[string]*site // by location
+	onChangeMu sync.Mutex
+	onChange   []func()
 
 	inflight sync.Mutex
 	running  map[string]*keyedCall // do_* calls in progress, by idempotency key
@@ -177,7 +178,7 @@ func New(m *manifest.Manifest, p *policy.Policy, buses map[string]drivers.Bus, o
 			return nil, err
 		}
 	}
-	cat.tools = toolList(m)
+	cat.setTools()
 	e.cat.Store(cat)
 	if err := e.restoreLimits(); err != nil {
 		return nil, err

@@ -41,14 +41,10 @@ func roleFilter(e *engine.Engine, caller func(context.Context) engine.Caller) se
 }
 
 // RolePermits is engine.Permits for the HTTP edge, which refuses a call
-// before it reaches the MCP server: a tool the engine does not serve is left
-// to the server to answer (not found).
+// before it reaches the MCP server: a tool the engine does not serve (now:
+// an aggregator's tools change) is left to the server to answer (not found).
 func RolePermits(e *engine.Engine) func(tool string, role manifest.Role) bool {
-	known := map[string]bool{}
-	for _, t := range e.Tools() {
-		known[t.Name] = true
-	}
 	return func(tool string, role manifest.Role) bool {
-		return !known[tool] || e.Permits(tool, role)
+		return !e.Serves(tool) || e.Permits(tool, role)
 	}
 }

@@ -64,7 +64,9 @@ type fastReads struct {
 	server *server.MCPServer
 	hooks  *server.Hooks
 	filter server.ToolFilterFunc
-	reads  map[string]bool // the endpoint's read_* tools
+	// reads are the endpoint's read_* tools; they change with an
+	// aggregator's (setReads).
+	reads atomic.Pointer[map[string]bool]
 
 	mu       sync.Mutex
 	sessions map[string]*fastSession // registered with mcp-go, by id
@@ -86,7 +88,8 @@ type fastCall struct {
 }
 
 func newFastReads(s *server.MCPServer, filter server.ToolFilterFunc, hooks *server.Hooks) *fastReads {
-	f := &fastReads{server: s, hooks: hooks, filter: filter, reads: map[string]bool{}, sessions: map[string]*fastSession{}}
+	f := &fastReads{server: s, hooks: hooks, filter: filter, sessions: map[string]*fastSession{}}
+	f.reads.Store(&map[string]bool{})
 	hooks.AddOnRegisterSession(func(_ context.Context, session server.ClientSession) {
 		f.mu.Lock()
 		f.sessions[session.SessionID()] = &fastSession{session: session}
@@ -103,10 +106,16 @@ func newFastReads(s *server.MCPServer, filter server.ToolFilterFunc, hooks *serv
 	return f
 }
 
-// addRead has the fast path answer calls of tool, a read_* tool (its
-// handler sends no progress and asks the client nothing). The call runs the
-// handler mcp-go holds for it then, if it still has the tool.
-func (f *fastReads) addRead(tool string) { f.reads[tool] = true }
+// setReads has the fast path answer calls of tools, read_* tools (their
+// handlers send no progress and ask the client nothing), and no others. A
+// call runs the handler mcp-go holds for its tool then, if it still has it.
+func (f *fastReads) setReads(tools []string) {
+	reads := make(map[string]bool, len(tools))
+	for _, t := range tools {
+		reads[t] = true
+	}
+	f.reads.Store(&reads)
+}
 
 // fastMessage is a JSON-RPC message decoded as mcp-go decodes a tools/call:
 // the request through mcp-go's own CallToolRequest (its params decoder), and
@@ -146,7 +155,7 @@ func (f *fastReads) serve(w http.ResponseWriter, r *http.Request, id string) boo
 	if p.Meta != nil || p.Task != nil || p.InputResponses != nil || p.RequestState != "" {
 		return false
 	}
-	if !f.reads[p.Name] || !f.plainHooks() {
+	if !(*f.reads.Load())[p.Name] || !f.plainHooks() {
 		return false
 	}
 	tool := f.server.GetTool(p.Name)

@@ -48,6 +48,11 @@ type Options struct {
 	// Router, when set, completes each can_do report beyond this device
 	// (the PhysMCP mesh); nil answers for this device alone.
 	Router CanDoRouter
+	// ToolsChange: the engine's tools may change while the server runs (an
+	// aggregator adopting the devices of the mesh). The server then declares
+	// tools.listChanged, lists its tools again on every change and tells
+	// its sessions (dynamic.go).
+	ToolsChange bool
 }
 
 // CanDoRouter completes a can_do report: args are the call's arguments,
@@ -83,10 +88,6 @@ func New(e *engine.Engine, opts Options) (*server.MCPServer, error) {
 	if opts.Approvals == nil {
 		opts.Approvals = auth.NewApprovals(opts.Now)
 	}
-	tools, err := GroupTools(e, opts.Group)
-	if err != nil {
-		return nil, err
-	}
 	surface, err := mcpcore.NewSurface(e, opts.Group, opts.Now)
 	if err != nil {
 		return nil, err
@@ -99,10 +100,10 @@ func New(e *engine.Engine, opts Options) (*server.MCPServer, error) {
 	hooks := &server.Hooks{}
 	filter := roleFilter(e, opts.Caller)
 	s := server.NewMCPServer(opts.Name, opts.Version,
-		server.WithToolCapabilities(false),
+		server.WithToolCapabilities(opts.ToolsChange),
 		// Subscriptions are served (resources.go); the list of resources
-		// never changes while the server runs.
-		server.WithResourceCapabilities(true, false),
+		// changes only with the tools.
+		server.WithResourceCapabilities(true, opts.ToolsChange),
 		// Refusals and device changes as log messages (logging.go).
 		server.WithLogging(),
 		server.WithHooks(hooks),
@@ -114,17 +115,40 @@ func New(e *engine.Engine, opts Options) (*server.MCPServer, error) {
 	a := &adapter{e: e, opts: opts, m: m, surface: surface, approvals: opts.Approvals, server: s, fast: newFastReads(s, filter, hooks)}
 	a.resources = newResources(a, s, hooks)
 	e.OnDeviceEvent(a.logDeviceEvent)
+	tools, reads, err := a.serverTools()
+	if err != nil {
+		return nil, err
+	}
+	s.AddTools(tools...)
+	a.fast.setReads(reads)
+	if opts.ToolsChange {
+		a.followTools()
+	}
+	return s, nil
+}
+
+// serverTools are the surface's tools as mcp-go serves them, with their
+// handlers, and the names of the read_* among them (fastread.go).
+func (a *adapter) serverTools() (tools []server.ServerTool, reads []string, err error) {
+	all, err := Tools(a.e)
+	if err != nil {
+		return nil, nil, err
+	}
+	byName := map[string]mcp.Tool{}
+	for _, t := range all {
+		byName[t.Name] = t
+	}
 	handlers := map[engine.ToolKind]server.ToolHandlerFunc{engine.ToolRead: a.read, engine.ToolDo: a.do, engine.ToolCanDo: a.canDo,
 		engine.ToolStart: a.start, engine.ToolStatus: a.status, engine.ToolCancel: a.cancel, engine.ToolSequence: a.sequence,
 		engine.ToolStream: a.stream}
-	// GroupTools lists the tools in the order of the surface's.
-	for i, t := range surface.Tools() {
-		s.AddTool(tools[i], a.logged(a.recovered(t.Kind, handlers[t.Kind])))
+	for _, t := range a.surface.Tools() {
+		st := server.ServerTool{Tool: byName[t.Name], Handler: a.logged(a.recovered(t.Kind, handlers[t.Kind]))}
+		tools = append(tools, st)
 		if t.Kind == engine.ToolRead {
-			a.fast.addRead(t.Name)
+			reads = append(reads, t.Name)
 		}
 	}
-	return s, nil
+	return tools, reads, nil
 }
 
 type adapter struct {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -43,11 +44,13 @@ const jsonMIME = "application/json"
 
 // resources are one endpoint's resources.
 type resources struct {
-	a       *adapter
-	prefix  string            // physmcp://<device_id>/: the URIs this device owns
-	device  string            // DeviceURI
-	readers map[string]string // reading URI → read_* tool
-	subs    *subscriptions
+	a      *adapter
+	prefix string // physmcp://<device_id>/: the URIs this device owns
+	device string // DeviceURI
+	subs   *subscriptions
+
+	mu      sync.RWMutex
+	readers map[string]string // reading URI → read_* tool (changes with the tools: dynamic.go)
 }
 
 func newResources(a *adapter, s *server.MCPServer, hooks *server.Hooks) *resources {
@@ -59,16 +62,9 @@ func newResources(a *adapter, s *server.MCPServer, hooks *server.Hooks) *resourc
 		mcp.WithResourceDescription("What this device is and where: id, type, vendor, model, location, profile, and its capabilities with their tools."),
 		mcp.WithMIMEType(jsonMIME)), r.readDevice)
 	for _, t := range a.surface.Tools() {
-		if t.Kind != engine.ToolRead {
-			continue
+		if t.Kind == engine.ToolRead {
+			s.AddResource(r.reading(t))
 		}
-		c := t.Capability
-		uri := ReadingURI(id, c.Name)
-		r.readers[uri] = t.Name
-		s.AddResource(mcp.NewResource(uri, c.Name,
-			mcp.WithResourceTitle(readingTitle(c)),
-			mcp.WithResourceDescription(c.Description+" The current reading, as "+t.Name+" answers it (value, unit, timestamp, quality); subscribe for changes."),
-			mcp.WithMIMEType(jsonMIME)), r.readReading)
 	}
 	hooks.AddOnRequestInitialization(r.gate)
 	hooks.AddBeforeSubscriptionsListen(r.listen)
@@ -76,6 +72,19 @@ func newResources(a *adapter, s *server.MCPServer, hooks *server.Hooks) *resourc
 	hooks.AddOnRegisterSession(func(_ context.Context, session server.ClientSession) { r.subs.startSession(session.SessionID()) })
 	hooks.AddOnUnregisterSession(func(_ context.Context, session server.ClientSession) { r.subs.endSession(session.SessionID()) })
 	return r
+}
+
+// reading is the resource of read tool t, now one of r's readers.
+func (r *resources) reading(t engine.Tool) (mcp.Resource, server.ResourceHandlerFunc) {
+	c := t.Capability
+	uri := ReadingURI(r.a.m.Device.ID, c.Name)
+	r.mu.Lock()
+	r.readers[uri] = t.Name
+	r.mu.Unlock()
+	return mcp.NewResource(uri, c.Name,
+		mcp.WithResourceTitle(readingTitle(c)),
+		mcp.WithResourceDescription(c.Description+" The current reading, as "+t.Name+" answers it (value, unit, timestamp, quality); subscribe for changes."),
+		mcp.WithMIMEType(jsonMIME)), r.readReading
 }
 
 func readingTitle(c *manifest.Capability) string {
@@ -90,7 +99,9 @@ func readingTitle(c *manifest.Capability) string {
 // namespace that names none of its resources is an error; other URIs are
 // not the adapter's to judge.
 func (r *resources) readable(ctx context.Context, uri string) (tool string, err error) {
+	r.mu.RLock()
 	tool = r.readers[uri]
+	r.mu.RUnlock()
 	if tool == "" {
 		if strings.HasPrefix(uri, r.prefix) && uri != r.device {
 			return "", fmt.Errorf("no resource %s on this endpoint; resources/list names them", uri)

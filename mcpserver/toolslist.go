@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -21,9 +22,11 @@ import (
 // 12 ms, most of it compacting the same raw schemas). An endpoint's list
 // depends only on the caller's role and the shape of the request (protocol
 // era, headers, params), and neither the tools nor the roles change while
-// physmcpd runs (no reload; tools are added before serving). So the first
-// answer mcp-go gives for a (role, request shape) is kept, and an identical
-// request later gets the same bytes with its own id. Anything else, or a
+// physmcpd runs (no reload), except an aggregator's as it adopts devices: a
+// server whose tools change has a version (see toolsVersion), and its lists
+// are forgotten when it changes. So the first answer mcp-go gives for a
+// (role, request shape) is kept, and an identical request later gets the
+// same bytes with its own id. Anything else, or a
 // request mcp-go would treat differently (another Host, Last-Event-ID,
 // parameter headers, an unknown session), goes to mcp-go as before.
 
@@ -33,13 +36,26 @@ const maxListShapes = 32
 
 type toolLists struct {
 	transport http.Handler
-	mu        sync.RWMutex
-	byShape   map[string][]byte // role + request shape → the result's JSON
-	results   map[string][]byte // distinct results, so that shapes share them
+	// version is the server's tools version (nil: they never change); odd
+	// while a change is under way, when nothing is served from the cache.
+	version *atomic.Uint64
+	mu      sync.RWMutex
+	seen    uint64            // the version the maps hold answers of
+	byShape map[string][]byte // role + request shape → the result's JSON
+	results map[string][]byte // distinct results, so that shapes share them
 }
 
-func newToolLists(transport http.Handler) *toolLists {
-	return &toolLists{transport: transport, byShape: map[string][]byte{}, results: map[string][]byte{}}
+func newToolLists(transport http.Handler, version *atomic.Uint64) *toolLists {
+	return &toolLists{transport: transport, version: version, byShape: map[string][]byte{}, results: map[string][]byte{}}
+}
+
+// current is the tools version, and whether answers of it may be cached.
+func (l *toolLists) current() (uint64, bool) {
+	if l.version == nil {
+		return 0, true
+	}
+	v := l.version.Load()
+	return v, v%2 == 0
 }
 
 // listRequest is as much of a JSON-RPC message as the cache looks at.
@@ -93,16 +109,21 @@ func (l *toolLists) serve(w http.ResponseWriter, r *http.Request, session bool) 
 	if len(req.Params) > 0 && json.Compact(&params, req.Params) != nil {
 		return false
 	}
+	gen, stable := l.current()
+	if !stable {
+		return false
+	}
 	shape := strings.Join([]string{roleKey(r), version, h.Get(mcp.HeaderMethod), h.Get(mcp.HeaderName), params.String()}, "\x00")
 	l.mu.RLock()
 	result, ok := l.byShape[shape]
-	full := len(l.byShape) >= maxListShapes
+	ok = ok && l.seen == gen
+	full := len(l.byShape) >= maxListShapes && l.seen == gen
 	l.mu.RUnlock()
 	if !ok && full {
 		return false
 	}
 	if !ok {
-		l.learn(w, r, shape)
+		l.learn(w, r, shape, gen)
 		return true
 	}
 	out := make([]byte, 0, len(result)+64)
@@ -116,8 +137,9 @@ func (l *toolLists) serve(w http.ResponseWriter, r *http.Request, session bool) 
 }
 
 // learn lets mcp-go answer r and keeps the result when the answer is a plain
-// JSON success in exactly the form serve writes.
-func (l *toolLists) learn(w http.ResponseWriter, r *http.Request, shape string) {
+// JSON success in exactly the form serve writes, and the tools are still at
+// version gen.
+func (l *toolLists) learn(w http.ResponseWriter, r *http.Request, shape string, gen uint64) {
 	rec := &recorder{header: http.Header{}}
 	l.transport.ServeHTTP(rec, r)
 	for k, v := range rec.header {
@@ -140,6 +162,14 @@ func (l *toolLists) learn(w http.ResponseWriter, r *http.Request, shape string) 
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if now, _ := l.current(); now != gen {
+		return // the tools changed while mcp-go answered
+	}
+	if l.seen != gen {
+		clear(l.byShape)
+		clear(l.results)
+		l.seen = gen
+	}
 	if len(l.byShape) >= maxListShapes {
 		return
 	}

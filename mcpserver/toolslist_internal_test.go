@@ -29,7 +29,7 @@ func TestToolListsAskOncePerShape(t *testing.T) {
 		}
 		_, _ = w.Write([]byte(`{"jsonrpc":"2.0","id":` + string(req.ID) + `,"result":{"tools":` + tools + "}}\n"))
 	})
-	l := newToolLists(transport)
+	l := newToolLists(transport, nil)
 	send := func(role manifest.Role, body string, session bool) (bool, string) {
 		r := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(body))
 		r.Header.Set("Content-Type", "application/json")

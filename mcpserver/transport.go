@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/mark3labs/mcp-go/server"
@@ -31,6 +33,7 @@ type HTTPHandler struct {
 	mux        *http.ServeMux
 	logger     *slog.Logger
 	sessions   *sessionTable
+	mu         sync.Mutex                     // guards transports and endpoints (Mount adds to them while serving)
 	transports []*server.StreamableHTTPServer // one per endpoint (see NewEndpointsHandler)
 	endpoints  []*sessionEndpoint
 }
@@ -54,11 +57,13 @@ func newHTTPHandler(logger *slog.Logger, limits SessionLimits) *HTTPHandler {
 func (h *HTTPHandler) mount(path string, s *server.MCPServer) {
 	ep := &sessionEndpoint{table: h.sessions}
 	ep.transport = server.NewStreamableHTTPServer(s, server.WithStreamableHTTPLogger(h.logger), server.WithSessionIdManagerResolver(ep))
-	ep.lists = newToolLists(ep.transport)
+	ep.lists = newToolLists(ep.transport, toolsVersion(s))
 	ep.fast = fastReadsOf(s)
 	h.mux.Handle(path, ep)
+	h.mu.Lock()
 	h.transports = append(h.transports, ep.transport)
 	h.endpoints = append(h.endpoints, ep)
+	h.mu.Unlock()
 }
 
 func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
@@ -74,7 +79,10 @@ func (h *HTTPHandler) OpenSessions() int {
 // CloseSessions ends every open session, which releases long-lived GET
 // streams so that http.Server.Shutdown can finish.
 func (h *HTTPHandler) CloseSessions(ctx context.Context) {
-	for _, t := range h.transports {
+	h.mu.Lock()
+	transports := slices.Clone(h.transports)
+	h.mu.Unlock()
+	for _, t := range transports {
 		t.CloseSessions(ctx)
 	}
 }

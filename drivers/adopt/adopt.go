@@ -61,6 +61,11 @@ type Bus struct {
 	// lost is when the source was last seen lost (nil while it answers);
 	// read without mu, which is held while connecting.
 	lost atomic.Pointer[time.Time]
+
+	// header, when set, authenticates HTTP requests instead of token_file;
+	// away, when set, says why the source is known to be away (member.go).
+	header transport.HTTPHeaderFunc
+	away   atomic.Pointer[error]
 }
 
 // Open is the drivers.Opener of mcp buses. It does not contact the source:
@@ -105,6 +110,8 @@ func (b *Bus) client(ctx context.Context) (session, error) {
 	switch {
 	case b.closed:
 		return nil, fmt.Errorf("%s: %w: closed", b.Describe(), drivers.ErrUnreachable)
+	case b.offline() != nil:
+		return nil, fmt.Errorf("%s: %w: %v", b.Describe(), drivers.ErrUnreachable, b.offline())
 	case b.conn != nil:
 		return b.conn, nil
 	case time.Now().Before(b.nextTry):
@@ -202,8 +209,8 @@ func (b *Bus) connect(ctx context.Context) (session, error) {
 		}
 		return c, nil
 	default:
-		var header transport.HTTPHeaderFunc
-		if b.src.TokenFile != "" {
+		header := b.header
+		if header == nil && b.src.TokenFile != "" {
 			tok, err := os.ReadFile(b.src.TokenFile)
 			if err != nil {
 				return nil, fmt.Errorf("token_file: %w", err)

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/physmcp/physmcpd/engine"
@@ -18,15 +19,22 @@ import (
 type Surface struct {
 	e     *engine.Engine
 	m     *manifest.Manifest
+	group string
+	// site: an aggregator's site endpoint (SiteGroup), whose can_do names
+	// the endpoint of each tool.
+	site bool
+	now  func() time.Time
+	// view is the endpoint's tools; Refresh replaces it when the engine's
+	// tools change (an aggregator adopting a device).
+	view atomic.Pointer[surfaceView]
+}
+
+type surfaceView struct {
 	tools []engine.Tool
 	caps  map[string]*manifest.Capability // by tool name
 	// served names the tools of this endpoint when it serves only some of
 	// the device's (a group); nil when it serves them all.
 	served map[string]bool
-	// site: an aggregator's site endpoint (SiteGroup), whose can_do names
-	// the endpoint of each tool.
-	site bool
-	now  func() time.Time
 }
 
 // NewSurface is group's endpoint of e; now is the clock for the bodies the
@@ -39,24 +47,41 @@ func NewSurface(e *engine.Engine, group string, now func() time.Time) (*Surface,
 	if now == nil {
 		now = time.Now
 	}
-	s := &Surface{e: e, m: e.Manifest(), tools: tools, caps: map[string]*manifest.Capability{}, now: now, site: group == SiteGroup}
-	if len(tools) < len(e.Tools()) && !s.site {
-		s.served = map[string]bool{}
-	}
-	for _, t := range tools {
-		s.caps[t.Name] = t.Capability
-		if s.served != nil {
-			s.served[t.Name] = true
-		}
-	}
+	s := &Surface{e: e, m: e.Manifest(), group: group, now: now, site: group == SiteGroup}
+	s.set(tools, len(tools) < len(e.Tools()) && !s.site)
 	return s, nil
 }
 
+// Refresh takes the engine's tools again, after they changed. A group
+// whose capabilities are all gone keeps its endpoint with can_do alone.
+func (s *Surface) Refresh() {
+	tools, err := GroupTools(s.e, s.group)
+	if err != nil { // no capability left in the group
+		all := s.e.Tools()
+		tools = all[len(all)-1:] // can_do
+	}
+	s.set(tools, err != nil || len(tools) < len(s.e.Tools()) && !s.site)
+}
+
+func (s *Surface) set(tools []engine.Tool, partial bool) {
+	v := &surfaceView{tools: tools, caps: map[string]*manifest.Capability{}}
+	if partial {
+		v.served = map[string]bool{}
+	}
+	for _, t := range tools {
+		v.caps[t.Name] = t.Capability
+		if v.served != nil {
+			v.served[t.Name] = true
+		}
+	}
+	s.view.Store(v)
+}
+
 // Tools are the endpoint's engine tools, in the engine's order.
-func (s *Surface) Tools() []engine.Tool { return s.tools }
+func (s *Surface) Tools() []engine.Tool { return s.view.Load().tools }
 
 // Capability is the capability behind a read_* or do_* tool of the endpoint.
-func (s *Surface) Capability(tool string) *manifest.Capability { return s.caps[tool] }
+func (s *Surface) Capability(tool string) *manifest.Capability { return s.view.Load().caps[tool] }
 
 // Read answers a read_* call. problem, when not empty, says why the
 // arguments are unusable (see Arguments); a read takes none. isError marks a
@@ -67,7 +92,7 @@ func (s *Surface) Read(ctx context.Context, caller engine.Caller, name string, a
 			problem = fmt.Sprintf("%s takes no arguments (got %s)", name, strings.Join(slices.Sorted(maps.Keys(args)), ", "))
 		}
 		var unit *string
-		if c := s.caps[name]; c != nil && c.Unit != "" {
+		if c := s.Capability(name); c != nil && c.Unit != "" {
 			unit = &c.Unit
 		}
 		return promcp.ReadResponse{Value: nil, Unit: unit, Timestamp: promcp.Time(s.now()),
@@ -142,16 +167,20 @@ func Arguments(raw any) (map[string]any, string) {
 // scope the caller gave keeps the entries that name those tools (the device id
 // names them all); when none is left, empty says why nothing can match.
 func (s *Surface) scopeCanDo(req *promcp.CanDoRequest) (empty string) {
-	if s.served == nil {
+	served := s.view.Load().served
+	if served == nil {
 		return ""
 	}
 	var names []string
-	for name := range s.served {
+	for name := range served {
 		if name != "can_do" {
 			names = append(names, name)
 		}
 	}
 	slices.Sort(names)
+	if len(names) == 0 {
+		return "this endpoint serves no capability at the moment (its devices are no longer adopted)"
+	}
 	if len(req.Scope) == 0 {
 		req.Scope = names
 		return ""
@@ -161,7 +190,7 @@ func (s *Surface) scopeCanDo(req *promcp.CanDoRequest) (empty string) {
 		switch {
 		case sc == s.m.Device.ID:
 			kept = append(kept, names...)
-		case s.served[sc] || s.served["read_"+sc] || s.served["do_"+sc]:
+		case served[sc] || served["read_"+sc] || served["do_"+sc]:
 			kept = append(kept, sc)
 		}
 	}
@@ -175,18 +204,19 @@ func (s *Surface) scopeCanDo(req *promcp.CanDoRequest) (empty string) {
 // trimReport drops related reads this endpoint does not serve: a client
 // connected here cannot call them.
 func (s *Surface) trimReport(rep *promcp.CapabilityReport) {
-	if s.served == nil {
+	served := s.view.Load().served
+	if served == nil {
 		return
 	}
 	reads := rep.Context.RelatedReads[:0]
 	for _, r := range rep.Context.RelatedReads {
-		if s.served[r] {
+		if served[r] {
 			reads = append(reads, r)
 		}
 	}
 	rep.Context.RelatedReads = reads
 	for tool := range rep.Context.CurrentObservations {
-		if !s.served[tool] {
+		if !served[tool] {
 			delete(rep.Context.CurrentObservations, tool)
 		}
 	}
