@@ -23,12 +23,15 @@ const (
 
 // MCPBus is the source an mcp bus adopts capabilities from: exactly one of
 // port (a serial line speaking newline-delimited JSON-RPC, what serve
-// --serial speaks), command (an MCP server on stdio) or url (streamable HTTP).
+// --serial speaks), command (an MCP server on stdio), url (streamable HTTP)
+// or mesh (every device of the PhysMCP mesh, learned from its membership
+// while the daemon runs: an aggregator over the mesh).
 type MCPBus struct {
 	Port    string   `yaml:"port"`
 	Baud    int      `yaml:"baud"`
 	Command []string `yaml:"command"`
 	URL     string   `yaml:"url"`
+	Mesh    bool     `yaml:"mesh"`
 	// TokenFile holds the bearer token sent to an HTTP source.
 	TokenFile string `yaml:"token_file"`
 	// TimeoutMs bounds connecting and initialising (default 2000); each call
@@ -87,8 +90,27 @@ type Adopt struct {
 	CacheTTLMs   *int       `yaml:"cache_ttl_ms"`
 	TimeoutMs    *int       `yaml:"timeout_ms"`
 	Group        string     `yaml:"group"`
+	// GroupBy puts each device of a mesh source in a group of its own
+	// zone (GroupByZone) or device id (GroupByDevice).
+	GroupBy string `yaml:"group_by"`
 
 	At Positions `yaml:"-"`
+}
+
+// GroupBy values of a mesh source's adopt section.
+const (
+	GroupByZone   = "zone"
+	GroupByDevice = "device"
+)
+
+// MeshSource is the mcp bus that adopts the devices of the mesh, or nil.
+func (m *Manifest) MeshSource() *Bus {
+	for _, b := range m.Buses {
+		if b.MCP != nil && b.MCP.Mesh {
+			return b
+		}
+	}
+	return nil
 }
 
 // VirtualBinding is an adopted capability: the source's tool it calls, and
@@ -171,10 +193,10 @@ func (b *Binding) resolveVirtual(d *strictyaml.Decoder, path string, c *Capabili
 // mcpBus checks an mcp bus.
 func (v *validator) mcpBus(b *Bus, path string) {
 	k := b.MCP
-	given := slices.DeleteFunc([]string{"port", "command", "url"}, func(key string) bool { return !k.At.Has(key) })
+	given := slices.DeleteFunc([]string{"port", "command", "url", "mesh"}, func(key string) bool { return !k.At.Has(key) })
 	switch {
 	case len(given) == 0:
-		v.errorf(b.At.Self, path, "an mcp bus needs its source: port (a serial line), command (an MCP server on stdio) or url (streamable HTTP)")
+		v.errorf(b.At.Self, path, "an mcp bus needs its source: port (a serial line), command (an MCP server on stdio), url (streamable HTTP) or mesh: true (the devices of the mesh)")
 	case len(given) > 1:
 		v.errorf(k.At.Of(given[1]), path+"."+given[1], "give one source: %s and %s are both set", given[0], given[1])
 	}
@@ -199,6 +221,9 @@ func (v *validator) mcpBus(b *Bus, path string) {
 	}
 	if k.TokenFile != "" && k.URL == "" {
 		v.errorf(k.At.Of("token_file"), path+".token_file", "token_file only applies to an HTTP source (url)")
+	}
+	if k.At.Has("mesh") {
+		v.meshSource(b, path)
 	}
 	v.timeout(k.At, path, k.TimeoutMs)
 	if b.Simulated {
@@ -229,6 +254,50 @@ func (v *validator) mcpBus(b *Bus, path string) {
 		if a.Group != "" && !nameGrammar.MatchString(a.Group) {
 			v.errorf(a.At.Of("group"), ap+".group", "%q must be lowercase letters, digits and _ and start with a letter", a.Group)
 		}
+		if a.At.Has("group_by") && !k.Mesh {
+			v.errorf(a.At.Of("group_by"), ap+".group_by", "group_by only applies to a mesh source (mesh: true); give this device's group in group")
+		}
 		v.usedBus[b.Name] = true
 	}
 }
+
+// meshSource checks an mcp bus whose source is the mesh: the node must be in
+// a mesh, the devices are adopted wholesale into groups, and they are called
+// with the mesh credential (no token_file).
+func (v *validator) meshSource(b *Bus, path string) {
+	k := b.MCP
+	at := k.At.Of("mesh")
+	if !k.Mesh {
+		v.errorf(at, path+".mesh", "mesh: false adopts nothing: remove it, or give the source (port, command or url)")
+		return
+	}
+	switch n := v.m.Network; {
+	case n == nil || n.Mesh == nil || !n.Mesh.Enabled:
+		v.errorf(at, path+".mesh", "the devices of the mesh are learned from its membership: this device must join it (network.mesh.enabled: true, docs/mesh.md)")
+	case n.Mesh.KeyFile == "":
+		v.errorf(at, path+".mesh", "the devices of the mesh are called with the mesh credential, signed with the mesh keyring: give network.mesh.key_file")
+	}
+	for name, other := range v.m.Buses {
+		if other != b && other.MCP != nil && other.MCP.Mesh && name < b.Name {
+			v.errorf(at, path+".mesh", "bus %s adopts the devices of the mesh already; one mesh source adopts them all", name)
+		}
+	}
+	a := k.Adopt
+	if a == nil {
+		v.errorf(at, path+".adopt", "a mesh source adopts every device's tools wholesale: give adopt (tools, and group_by or group)")
+		return
+	}
+	ap := path + ".adopt"
+	switch {
+	case a.At.Has("group_by") && a.Group != "":
+		v.errorf(a.At.Of("group_by"), ap+".group_by", "give group_by (a group per zone or device) or group (one group for all), not both")
+	case a.At.Has("group_by") && a.GroupBy != GroupByZone && a.GroupBy != GroupByDevice:
+		v.errorf(a.At.Of("group_by"), ap+".group_by", "must be %s (a group per zone) or %s (a group per device), got %q", GroupByZone, GroupByDevice, a.GroupBy)
+	case !a.At.Has("group_by") && a.Group == "":
+		v.errorf(a.At.Self, ap, "the devices of the mesh come and go, each into a group: give group_by: %s (or %s), or group", GroupByZone, GroupByDevice)
+	}
+}
+
+// IsName reports whether s is a name as the manifest writes them (groups,
+// capabilities): lowercase letters, digits and _, starting with a letter.
+func IsName(s string) bool { return nameGrammar.MatchString(s) }

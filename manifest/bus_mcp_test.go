@@ -45,3 +45,23 @@ func TestAdoptingManifestNeedsNoCapabilities(t *testing.T) {
 		t.Errorf("adopted_from %+v, binding %+v", from, c.Binding.Virtual)
 	}
 }
+
+const meshAggregator = "../examples/site/mesh-aggregator/physmcp.manifest.yml"
+
+// meshSourceEdits are findings about an mcp bus whose source is the mesh.
+var meshSourceEdits = []edit{
+	{name: "mesh source without the mesh", base: meshAggregator, old: "    enabled: true\n", new: "    enabled: false\n", at: "mesh: ^true", msg: "this device must join it (network.mesh.enabled: true"},
+	{name: "mesh source without a keyring", base: meshAggregator, old: "    key_file: ../../mesh/mesh.key\n", new: "", at: "mesh: ^true", msg: "give network.mesh.key_file"},
+	{name: "mesh source and a url", base: meshAggregator, old: "    mesh: true\n", new: "    mesh: true\n    url: http://10.0.0.7:8765/mcp\n", at: "mesh: ^true", msg: "give one source: url and mesh are both set"},
+	{name: "mesh false", base: meshAggregator, old: "    mesh: true\n", new: "    mesh: false\n", at: "mesh: ^false", msg: "mesh: false adopts nothing"},
+	{name: "mesh source without adopt", base: meshAggregator, old: "    adopt: {tools: all, group_by: zone, cache_ttl_ms: 2000}\n", new: "", at: "mesh: ^true", msg: "give adopt (tools, and group_by or group)"},
+	{name: "mesh source without a group", base: meshAggregator, old: "group_by: zone, ", new: "", at: "{tools: all", msg: "give group_by: zone (or device), or group"},
+	{name: "mesh source with group and group_by", base: meshAggregator, old: "group_by: zone,", new: "group_by: zone, group: site,", at: "zone, group", msg: "not both"},
+	{name: "mesh source group_by unknown", base: meshAggregator, old: "group_by: zone", new: "group_by: area", at: "area", msg: `must be zone (a group per zone) or device (a group per device), got "area"`},
+	{name: "mesh source with a token file", base: meshAggregator, old: "    mesh: true\n", new: "    mesh: true\n    token_file: device.token\n", at: "device.token", msg: "token_file only applies to an HTTP source"},
+	{name: "mesh source unknown key", base: meshAggregator, old: "    mesh: true\n", new: "    mesh: true\n    zones: [greenhouse_a]\n", at: "zones", msg: "zones"},
+	{name: "two mesh sources", base: meshAggregator, old: "capabilities: []\n", new: "  more:\n    type: mcp\n    mesh: true\n    adopt: {tools: read, group: all}\n\ncapabilities: []\n", at: "mesh: ^true\n    adopt: {tools: read", msg: "bus devices adopts the devices of the mesh already"},
+	{name: "group_by on a url source", base: aggregator, old: "group: plant_room", new: "group_by: zone", at: "zone, semantic_tags: [plant_room]", msg: "group_by only applies to a mesh source"},
+}
+
+func TestMeshSourceFindings(t *testing.T) { runEdits(t, meshSourceEdits) }

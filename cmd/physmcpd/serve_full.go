@@ -92,6 +92,11 @@ func serveMCP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *en
 	if router != nil {
 		opts.Router = router
 	}
+	if err := checkMeshSource(prof, e.Manifest()); err != nil {
+		logger.Error("cannot serve", "err", err)
+		return 1
+	}
+	opts.ToolsChange = followsTools(e)
 	eps, err := endpoints(e, opts, cfg, prof)
 	if err != nil {
 		logger.Error("cannot build the MCP server", "err", err)
@@ -104,6 +109,9 @@ func serveMCP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *en
 			return 1
 		}
 		h := mcpserver.NewEndpointsHandler(eps, logger, cfg.access.sessionLimits())
+		if opts.ToolsChange {
+			mountNewGroups(e, opts, eps, h)
+		}
 		src := metrics.Sources{Engine: e, Trail: dur.trail, Shipper: dur.shipper, Sessions: h.OpenSessions, Version: buildVersion, Revision: buildRevision}
 		return serveHTTP(ctx, cfg, prof, e, node, h, statusAPI(e, dur.trail, approvals, local, logger, h), src, acc, logger)
 	}
@@ -140,6 +148,13 @@ func serveHTTP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *e
 	if ms != nil {
 		defer ms.Close()
 	}
+	stopAdopting, err := adoptFromMesh(ctx, e, ms, node, logger)
+	if err != nil {
+		ln.Close()
+		logger.Error("cannot adopt the devices of the mesh", "err", err)
+		return 1
+	}
+	defer stopAdopting()
 	api = mcpserver.WithMethods(api, meshMethods(e.Manifest(), prof.Name, ms, node.router(), e.QuorumCheck))
 	// /healthz and the status page's static files need no token; /metrics
 	// takes the token of /mcp (any role) unless --metrics-public puts it in

@@ -124,7 +124,15 @@ func summary(w io.Writer, m *manifest.Manifest, p *policy.Policy) {
 			if b.MCP.Adopt.Tools == manifest.AdoptAll {
 				what = "every tool"
 			}
-			fmt.Fprintf(w, "%sbus %s adopts %s of %s %s when serve starts (group %s)\n", sep, name, what, b.MCP.Protocol(), b.MCP.Address(), dash(b.MCP.Adopt.Group))
+			if b.MCP.Mesh {
+				group := "by " + b.MCP.Adopt.GroupBy
+				if b.MCP.Adopt.Group != "" {
+					group = b.MCP.Adopt.Group
+				}
+				fmt.Fprintf(w, "%sbus %s adopts %s of every device of the mesh while serve runs (group %s)\n", sep, name, what, group)
+			} else {
+				fmt.Fprintf(w, "%sbus %s adopts %s of %s %s when serve starts (group %s)\n", sep, name, what, b.MCP.Protocol(), b.MCP.Address(), dash(b.MCP.Adopt.Group))
+			}
 			sep = ""
 		}
 	}

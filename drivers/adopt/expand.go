@@ -33,13 +33,15 @@ type DeviceSource interface {
 	Devices(ctx context.Context) ([]Device, error)
 }
 
-// Static is the manifest's mcp buses that have an adopt section.
+// Static is the manifest's mcp buses that have an adopt section (but for
+// the mesh source, whose devices are learned while serving: package
+// meshadopt).
 type Static struct{ M *manifest.Manifest }
 
 func (s Static) Devices(context.Context) ([]Device, error) {
 	var out []Device
 	for _, name := range slices.Sorted(maps.Keys(s.M.Buses)) {
-		if b := s.M.Buses[name]; b.MCP != nil && b.MCP.Adopt != nil {
+		if b := s.M.Buses[name]; b.MCP != nil && b.MCP.Adopt != nil && !b.MCP.Mesh {
 			out = append(out, Device{Bus: name, Source: b.MCP})
 		}
 	}

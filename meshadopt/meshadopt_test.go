@@ -1,0 +1,255 @@
+package meshadopt_test
+
+import (
+	"context"
+	"crypto/rand"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/physmcp/physmcpd/auth"
+	"github.com/physmcp/physmcpd/drivers"
+	"github.com/physmcp/physmcpd/drivers/adopt"
+	"github.com/physmcp/physmcpd/drivers/sim"
+	"github.com/physmcp/physmcpd/engine"
+	"github.com/physmcp/physmcpd/manifest"
+	"github.com/physmcp/physmcpd/mcpserver"
+	"github.com/physmcp/physmcpd/mesh"
+	"github.com/physmcp/physmcpd/meshadopt"
+	"github.com/physmcp/physmcpd/policy"
+	"github.com/physmcp/physmcpd/promcp"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// members is a membership the test writes.
+type members struct {
+	mu    sync.Mutex
+	peers []mesh.Peer
+}
+
+func (m *members) Self() mesh.Peer {
+	return mesh.Peer{NodeID: "site_mesh_aggregator_01", DeviceID: "site_mesh_aggregator_01"}
+}
+
+func (m *members) Peers() []mesh.Peer {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.peers)
+}
+
+func (m *members) Subscribe(int) (<-chan mesh.Event, func()) { return make(chan mesh.Event), func() {} }
+
+func (m *members) set(peers ...mesh.Peer) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.peers = peers
+}
+
+func load(t *testing.T, dir string) (*manifest.Manifest, *policy.Policy) {
+	t.Helper()
+	m, diags := manifest.Load(dir + "/physmcp.manifest.yml")
+	if m == nil || diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	p, diags := policy.Load(dir+"/physmcp.policy.yml", m)
+	if p == nil || diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	return m, p
+}
+
+// simEngine serves m, its buses simulated but for its mcp buses (the
+// aggregator's mesh source, which is never used itself).
+func simEngine(t *testing.T, m *manifest.Manifest, p *policy.Policy) *engine.Engine {
+	t.Helper()
+	simulate := m.MeshSource() == nil
+	buses, err := drivers.OpenAll(context.Background(), m, drivers.Openers{manifest.BusMCP: adopt.Open}, sim.Open, simulate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(m, p, buses, engine.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// device serves an examples/mesh device over HTTP as serve does: its
+// policy's authentication in front, mesh credentials signed with keys
+// accepted. credentials receives the Authorization of every request.
+func device(t *testing.T, name string, keys [][]byte, credentials chan<- string) string {
+	t.Helper()
+	m, p := load(t, "../examples/mesh/"+name)
+	e := simEngine(t, m, p)
+	s, err := mcpserver.New(e, mcpserver.Options{Logger: quiet, Caller: mcpserver.CallerFrom(engine.Caller{Identity: "local", Role: manifest.RoleNone})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := auth.New(p, auth.Options{DeviceID: m.Device.ID, MeshKeys: keys, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mcpserver.NewEndpointsHandler([]mcpserver.Endpoint{{Path: mcpserver.EndpointPath, Server: s}}, quiet, mcpserver.SessionLimits{})
+	protected := mcpserver.Protect(h, mcpserver.Access{Auth: a, Permits: mcpserver.RolePermits(e), Logger: quiet})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case credentials <- r.Header.Get("Authorization"):
+		default:
+		}
+		protected.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		h.CloseSessions(context.Background())
+		ts.Close()
+	})
+	return ts.URL + mcpserver.EndpointPath
+}
+
+// counting counts the adoptions it passes on.
+type counting struct {
+	*engine.Engine
+	mu      sync.Mutex
+	adopted map[string]int
+}
+
+func (c *counting) Adopt(src *manifest.Bus, b drivers.Bus, caps []*manifest.Capability) error {
+	c.mu.Lock()
+	c.adopted[src.Name]++
+	c.mu.Unlock()
+	return c.Engine.Adopt(src, b, caps)
+}
+
+func (c *counting) times(bus string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.adopted[bus]
+}
+
+func served(e *engine.Engine) map[string]string {
+	out := map[string]string{}
+	for _, t := range e.Tools() {
+		if t.Capability != nil {
+			out[t.Name] = t.Capability.Group
+		}
+	}
+	return out
+}
+
+// The mesh source adopts the devices the membership lists, into the group
+// of their zone, calling them with a mesh credential for each; skips
+// itself, aggregators and nodes without an endpoint; marks a dead device
+// away (blocked, not called) and adopts it afresh when it is back; adopts a
+// device again when its capabilities hash changes; and stops serving one
+// the mesh forgot.
+func TestAdoptsTheMembership(t *testing.T) {
+	key := make([]byte, 32)
+	rand.Read(key)
+	keys := [][]byte{key}
+	credentials := make(chan string, 256)
+	greenhouseURL := device(t, "greenhouse", keys, credentials)
+	weatherURL := device(t, "weather", keys, credentials)
+	irrigationURL := device(t, "irrigation", keys, credentials)
+
+	m, p := load(t, "../examples/site/mesh-aggregator")
+	agg := &counting{Engine: simEngine(t, m, p), adopted: map[string]int{}}
+	membership := &members{}
+	a, err := meshadopt.New(meshadopt.Config{Source: m.MeshSource(), Node: "site_mesh_aggregator_01", Keys: keys, Logger: quiet}, membership, agg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	now := time.Now()
+	greenhouse := mesh.Peer{NodeID: "greenhouse_controller_01", DeviceID: "greenhouse_controller_01", Zone: "greenhouse_a", Profile: "full",
+		Endpoint: greenhouseURL, CapsHash: "h1", State: mesh.Alive, Since: now}
+	weather := mesh.Peer{NodeID: "weather_station_01", DeviceID: "weather_station_01", Zone: "outdoor", Profile: "full",
+		Endpoint: weatherURL, CapsHash: "w1", State: mesh.Alive, Since: now}
+	membership.set(greenhouse, weather,
+		mesh.Peer{NodeID: "site_mesh_aggregator_01", DeviceID: "site_mesh_aggregator_01", Profile: "aggregator", Endpoint: "http://127.0.0.1:9/mcp", State: mesh.Alive},
+		mesh.Peer{NodeID: "other_aggregator", DeviceID: "other_aggregator", Profile: "aggregator", Endpoint: greenhouseURL, State: mesh.Alive},
+		mesh.Peer{NodeID: "silent", DeviceID: "silent", Zone: "outdoor", State: mesh.Alive},
+		// a zone that is no group name: not adopted (logged)
+		mesh.Peer{NodeID: "irrigation_pump_01", DeviceID: "irrigation_pump_01", Zone: "Zone B", Endpoint: irrigationURL, State: mesh.Alive})
+	a.Sync(ctx)
+
+	want := map[string]string{"read_air_temperature": "greenhouse_a", "do_vent_fan": "greenhouse_a", "read_vent_fan": "greenhouse_a",
+		"read_outdoor_temperature": "outdoor", "read_rain_rate": "outdoor"}
+	if got := served(agg.Engine); !maps.Equal(got, want) {
+		t.Fatalf("served after the first sync: %v, want %v", got, want)
+	}
+	op := engine.Caller{Identity: "op", Role: manifest.RoleOperator}
+	if r, err := agg.Do(ctx, op, "do_vent_fan", promcp.DoRequest{Value: true, IdempotencyKey: "k1"}); err != nil || r.Status != promcp.StatusSuccess {
+		t.Fatalf("do_vent_fan through the mesh source: %+v %v", r, err)
+	}
+	checkCredentials(t, credentials)
+
+	// dead: not called, blocked with the mesh's word
+	greenhouse.State, greenhouse.Since = mesh.Dead, time.Now()
+	membership.set(greenhouse, weather)
+	a.Sync(ctx)
+	rep, err := agg.CanDo(ctx, op, promcp.CanDoRequest{Intent: promcp.Intent{SemanticTags: []string{"fan"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Candidates) != 0 || len(rep.Blocked) == 0 || !strings.Contains(rep.Blocked[0].Reason, "greenhouse_controller_01 is dead in the mesh") {
+		t.Errorf("can_do with the greenhouse controller dead: %+v", rep)
+	}
+	checkCredentials(t, credentials) // drains them
+	if r, _ := agg.Do(ctx, op, "do_vent_fan", promcp.DoRequest{Value: false, IdempotencyKey: "k2"}); r.Permission != promcp.SourceUnreachable || len(credentials) > 0 {
+		t.Errorf("do_vent_fan with the device dead in the mesh: %+v, %d requests reached it; want source_unreachable and none", r, len(credentials))
+	}
+
+	// back: adopted afresh, answers again
+	greenhouse.State = mesh.Alive
+	membership.set(greenhouse, weather)
+	a.Sync(ctx)
+	if r, err := agg.Read(ctx, op, "read_air_temperature"); err != nil || r.Quality != promcp.QualityGood {
+		t.Errorf("read_air_temperature after the device came back: %+v %v", r, err)
+	}
+	if n := agg.times("devices/greenhouse_controller_01"); n != 2 {
+		t.Errorf("the greenhouse controller adopted %d times, want 2 (at first, and when it came back)", n)
+	}
+
+	// a new capabilities hash: adopted again; the same: not
+	a.Sync(ctx)
+	greenhouse.CapsHash = "h2"
+	membership.set(greenhouse, weather)
+	a.Sync(ctx)
+	if n := agg.times("devices/greenhouse_controller_01"); n != 3 {
+		t.Errorf("the greenhouse controller adopted %d times after its hash changed, want 3", n)
+	}
+
+	// forgotten by the mesh: no longer served
+	membership.set(greenhouse)
+	a.Sync(ctx)
+	if got := served(agg.Engine); got["read_rain_rate"] != "" || got["read_air_temperature"] != "greenhouse_a" {
+		t.Errorf("served after the weather station was forgotten: %v", got)
+	}
+}
+
+// checkCredentials: every request the devices received carried a mesh
+// credential, for the device called, from the aggregator.
+func checkCredentials(t *testing.T, credentials chan string) {
+	t.Helper()
+	for n := len(credentials); n > 0; n-- {
+		header := <-credentials
+		tok, ok := strings.CutPrefix(header, "Bearer ")
+		claims := jwt.RegisteredClaims{}
+		if _, _, err := jwt.NewParser().ParseUnverified(tok, &claims); !ok || err != nil {
+			t.Fatalf("a request without a mesh credential: %q (%v)", header, err)
+		}
+		if claims.Issuer != auth.MeshIssuer || claims.Subject != "site_mesh_aggregator_01" || len(claims.Audience) != 1 {
+			t.Errorf("credential claims %+v", claims)
+		}
+	}
+}
