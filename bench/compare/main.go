@@ -2,7 +2,8 @@
 // issue 12 asks: physmcpd and a bare mcp-go server (bench/compare/baremcp,
 // with and without schema validation) built from this tree and run as
 // processes, and a bare goburrow client reading the same register from the
-// same loopback Modbus TCP device (internal/modbusfault). Alternatives run
+// same loopback Modbus TCP device (internal/modbusfault), in this process and
+// in one of its own (bench/compare/baremodbus). Alternatives run
 // in interleaved rounds, in an order that rotates, and each ratio is the
 // median of its per-round ratios: the machine is shared and its load drifts.
 // It prints the table of docs/performance.md. bench/compare.sh runs it; the
@@ -10,6 +11,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -59,6 +61,7 @@ type bench struct {
 	only            string
 	dir             string
 	physmcpd, bare  string // binaries
+	bareModbus      string
 	procs           []*exec.Cmd
 	rows            []row
 }
@@ -81,8 +84,8 @@ func (b *bench) run() error {
 		return err
 	}
 	defer os.RemoveAll(b.dir)
-	b.physmcpd, b.bare = filepath.Join(b.dir, "physmcpd"), filepath.Join(b.dir, "baremcp")
-	for bin, pkg := range map[string]string{b.physmcpd: "./cmd/physmcpd", b.bare: "./bench/compare/baremcp"} {
+	b.physmcpd, b.bare, b.bareModbus = filepath.Join(b.dir, "physmcpd"), filepath.Join(b.dir, "baremcp"), filepath.Join(b.dir, "baremodbus")
+	for bin, pkg := range map[string]string{b.physmcpd: "./cmd/physmcpd", b.bare: "./bench/compare/baremcp", b.bareModbus: "./bench/compare/baremodbus"} {
 		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
 			return fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 		}
@@ -257,9 +260,17 @@ func connectHTTP(url string) (*client.Client, error) {
 	return initialize(client.NewClient(tr))
 }
 
-func connectStdio(bin string, args ...string) (*client.Client, error) {
-	tr := transport.NewStdio(bin, nil, args...)
-	return initialize(client.NewClient(tr))
+// connectStdio starts bin as a stdio server and returns the client and the
+// server's process.
+func connectStdio(bin string, args ...string) (*client.Client, *exec.Cmd, error) {
+	var cmd *exec.Cmd
+	tr := transport.NewStdioWithOptions(bin, nil, args, transport.WithCommandFunc(func(ctx context.Context, command string, env, args []string) (*exec.Cmd, error) {
+		cmd = exec.CommandContext(ctx, command, args...)
+		cmd.Env = append(os.Environ(), env...)
+		return cmd, nil
+	}))
+	c, err := initialize(client.NewClient(tr))
+	return c, cmd, err
 }
 
 func initialize(c *client.Client) (*client.Client, error) {
@@ -527,9 +538,14 @@ func timedPosts(post func(string) ([]byte, error), n int, body func(i int) strin
 }
 
 // uncachedReads: what an uncached read adds to a cached one, over HTTP and
-// over stdio, against a bare goburrow read of the same register.
+// over stdio, against a bare goburrow read of the same register. The ratio's
+// goburrow runs in a process of its own (bench/compare/baremodbus), as
+// physmcpd does: the device is in this process, which sleeps in its HTTP or
+// stdio client while physmcpd reads and must be woken to answer, as it must
+// for a client in another process; a goburrow loop in this process finds it
+// awake. The in-process loop is shown beside it.
 func (b *bench) uncachedReads(dev *modbusfault.TCP) error {
-	url, _, err := b.serveHTTP("read", "--state-dir", filepath.Join(b.dir, "state-read"))
+	url, httpCmd, err := b.serveHTTP("read", "--state-dir", filepath.Join(b.dir, "state-read"))
 	if err != nil {
 		return err
 	}
@@ -537,7 +553,7 @@ func (b *bench) uncachedReads(dev *modbusfault.TCP) error {
 	if err != nil {
 		return err
 	}
-	stdioC, err := connectStdio(b.physmcpd, "serve", "--manifest", filepath.Join(b.dir, "read.yml"), "--policy", filepath.Join(b.dir, "policy.yml"),
+	stdioC, stdioCmd, err := connectStdio(b.physmcpd, "serve", "--manifest", filepath.Join(b.dir, "read.yml"), "--policy", filepath.Join(b.dir, "policy.yml"),
 		"--stdio", "--state-dir", filepath.Join(b.dir, "state-read-stdio"), "--log-level", "error")
 	if err != nil {
 		return err
@@ -557,13 +573,25 @@ func (b *bench) uncachedReads(dev *modbusfault.TCP) error {
 		}
 		return float64(time.Since(start).Nanoseconds()) / n, nil
 	}
-	arms := []func() (float64, error){goburrow,
-		calls([]*client.Client{httpC}, "read_level_live", n), calls([]*client.Client{httpC}, "read_level", n),
-		calls([]*client.Client{stdioC}, "read_level_live", n), calls([]*client.Client{stdioC}, "read_level", n)}
+	apart, apartPid, err := b.processReads(dev.Addr(), n)
+	if err != nil {
+		return err
+	}
+	// CPU time per call of physmcpd and of the bare process, per arm: what
+	// each spends itself (user and kernel), as against the time calls take.
+	cpu := make([][]float64, 5)
+	arms := []func() (float64, error){withCPU(apartPid, n, apart, &cpu[4]),
+		withCPU(httpCmd.Process.Pid, n, calls([]*client.Client{httpC}, "read_level_live", n), &cpu[0]),
+		withCPU(httpCmd.Process.Pid, n, calls([]*client.Client{httpC}, "read_level", n), &cpu[1]),
+		withCPU(stdioCmd.Process.Pid, n, calls([]*client.Client{stdioC}, "read_level_live", n), &cpu[2]),
+		withCPU(stdioCmd.Process.Pid, n, calls([]*client.Client{stdioC}, "read_level", n), &cpu[3]), goburrow}
 	for _, arm := range arms {
 		if _, err := arm(); err != nil {
 			return err
 		}
+	}
+	for i := range cpu {
+		cpu[i] = cpu[i][:0] // not the warm-up
 	}
 	ns, err := rounds(b.rounds, arms...)
 	if err != nil {
@@ -571,11 +599,87 @@ func (b *bench) uncachedReads(dev *modbusfault.TCP) error {
 	}
 	for i, transport := range []string{"HTTP", "stdio"} {
 		live, cached := 1+2*i, 2+2*i
-		b.add(fmt.Sprintf("uncached Modbus TCP read over %s: (uncached − cached) ÷ goburrow (goburrow %s, uncached %s, cached %s)", transport,
-			us(medianOf(ns, col(0))), us(medianOf(ns, col(live))), us(medianOf(ns, col(cached)))),
+		b.add(fmt.Sprintf("uncached Modbus TCP read over %s: (uncached − cached) ÷ goburrow in a process of its own (goburrow %s, uncached %s, cached %s; "+
+			"÷ goburrow in the device's process, %s: %.2f×; CPU per read: physmcpd's uncached − cached %s, goburrow's process %s)", transport,
+			us(medianOf(ns, col(0))), us(medianOf(ns, col(live))), us(medianOf(ns, col(cached))), us(medianOf(ns, col(5))),
+			medianOf(ns, func(t []float64) float64 { return (t[live] - t[cached]) / t[5] }),
+			us(median(cpu[2*i])-median(cpu[2*i+1])), us(median(cpu[4]))),
 			fmt.Sprintf("%.2f×", medianOf(ns, func(t []float64) float64 { return (t[live] - t[cached]) / t[0] })), "≤ 1.1×", b.rounds)
 	}
 	return nil
+}
+
+// withCPU wraps arm, which makes n calls to the process pid, and appends
+// pid's CPU time per call in each run to out.
+func withCPU(pid, n int, arm func() (float64, error), out *[]float64) func() (float64, error) {
+	return func() (float64, error) {
+		before, err := cpuTime(pid)
+		if err != nil {
+			return 0, err
+		}
+		v, err := arm()
+		if err != nil {
+			return 0, err
+		}
+		after, err := cpuTime(pid)
+		*out = append(*out, float64(after-before)/float64(n))
+		return v, err
+	}
+}
+
+// cpuTime is the time pid's threads have run on a CPU, from the first field
+// of each thread's /proc schedstat (nanoseconds).
+func cpuTime(pid int) (int64, error) {
+	stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(stats) == 0 {
+		return 0, fmt.Errorf("no schedstat for %d: %v", pid, err)
+	}
+	var total int64
+	for _, path := range stats {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue // a thread that ended
+		}
+		f := strings.Fields(string(data))
+		if len(f) == 0 {
+			return 0, fmt.Errorf("%s: %q", path, data)
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", path, err)
+		}
+		total += ns
+	}
+	return total, nil
+}
+
+// processReads starts bench/compare/baremodbus on addr and returns an arm
+// that has it make n reads and returns the time per read, and its pid.
+func (b *bench) processReads(addr string, n int) (func() (float64, error), int, error) {
+	cmd := exec.Command(b.bareModbus, "-addr", addr)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, 0, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := b.start(cmd); err != nil {
+		return nil, 0, err
+	}
+	lines := bufio.NewScanner(out)
+	return func() (float64, error) {
+		if _, err := fmt.Fprintln(in, n); err != nil {
+			return 0, err
+		}
+		if !lines.Scan() {
+			return 0, fmt.Errorf("baremodbus ended: %v", lines.Err())
+		}
+		took, err := strconv.ParseFloat(lines.Text(), 64)
+		return took / float64(n), err
+	}, cmd.Process.Pid, nil
 }
 
 // busInProcess: physmcpd's Modbus bus called in this process against a bare
