@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -347,4 +348,15 @@ func findBlocked(rep promcp.CapabilityReport, tool string) *promcp.Blocked {
 		}
 	}
 	return nil
+}
+
+// A mesh source is the aggregator's: serve refuses it under another profile
+// before it listens or joins the mesh.
+func TestMeshSourceNeedsTheAggregatorProfile(t *testing.T) {
+	var stderr bytes.Buffer
+	code := run([]string{"serve", "--manifest", filepath.Join(siteDir, "mesh-aggregator", "physmcp.manifest.yml"),
+		"--policy", filepath.Join(siteDir, "mesh-aggregator", "physmcp.policy.yml"), "--profile", "full", "--simulate", "--http", "127.0.0.1:0"}, io.Discard, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "a mesh source (mesh: true) is the aggregator's") || strings.Contains(stderr.String(), "listening") {
+		t.Errorf("serve --profile full with a mesh source: exit %d:\n%s", code, stderr.String())
+	}
 }
