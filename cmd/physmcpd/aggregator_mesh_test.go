@@ -159,7 +159,7 @@ func TestAggregatorOverTheMesh(t *testing.T) {
 	listening := listChanges(t, zoneA, true)
 	legacy := client.NewClient(legacyTransport(t, base+"/mcp/greenhouse_a"), client.WithProtocolVersion(mcp.ProtocolVersion20251125))
 	legacyChanged := listChanges(t, initialized(t, legacy), false)
-	time.Sleep(300 * time.Millisecond) // the streams open
+	time.Sleep(500 * time.Millisecond) // the streams open
 
 	// a device joins the zone: the open sessions are told, and list its tools
 	joined := time.Now()
