@@ -45,6 +45,7 @@ func (a *adapter) followTools() {
 		// in place, and the sessions are told (by SetTools) only then.
 		version.Add(1)
 		a.fast.setReads(reads)
+		a.fast.broadcasting() // SetTools and the resources' changes tell every session
 		a.server.SetTools(tools...)
 		version.Add(1)
 		a.resources.follow(a.surface.Tools())

@@ -41,7 +41,7 @@ import (
 // channel, which a POST in progress drains into its SSE answer, and from the
 // first one on answers every POST of the session as SSE. Every notification
 // physmcpd sends to a session goes through notifyLog, notifyCallLog,
-// notifySession or notifying here, which hand it to a call of the session
+// notifySession, notifying or broadcasting here, which hand it to a call of the session
 // answered here when one is running (written before its result, never
 // dropped, where mcp-go may drop one: docs/interop.md, "Known trap") and
 // otherwise to mcp-go, and remember that the session is upgraded. An
@@ -409,6 +409,19 @@ func (f *fastReads) notifying(ctx context.Context) {
 			s.upgraded = true
 		}
 		f.mu.Unlock()
+	}
+}
+
+// broadcasting is called before mcp-go tells every session of a change
+// (notifications/tools/list_changed, resources/list_changed), which upgrades
+// every initialized one, though its GET stream may take the notification.
+func (f *fastReads) broadcasting() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range f.sessions {
+		if s.session.Initialized() {
+			s.upgraded = true
+		}
 	}
 }
 

@@ -3,12 +3,14 @@
 package mcpserver_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -577,5 +579,80 @@ func TestFastReadsFollowMCPGoTools(t *testing.T) {
 	a := fastStepsAnswer(t, twins, sessions, []fastStep{{name: "replaced tool", body: callBody("2", `{"name":"read_level"}`)}})
 	if !strings.Contains(a.body, `"text":"replaced"`) || mcpserver.FastReadsServed(twins[0].handler) != served+1 {
 		t.Errorf("the fast path did not run the handler mcp-go holds: %v", a)
+	}
+}
+
+// timestamps are the adopted readings', which come from the real clock.
+var timestamps = regexp.MustCompile(`\d{4}-\d\d-\d\dT[0-9:.]+Z`)
+
+// An aggregator whose tools change tells every session (mcp-go's
+// notifications/tools/list_changed), which has mcp-go answer them as SSE
+// from then on, though the session's GET stream took the notification.
+func TestFastReadsAfterToolsChange(t *testing.T) {
+	pump, irrigation := siteSource(t, "pump"), siteSource(t, "irrigation")
+	var twins [2]*fastTwin
+	var sessions [2]string
+	for i := range twins {
+		m, p := loadDeviceFiles(t, "../examples/site/aggregator")
+		m.Buses, m.Capabilities = nil, nil // adopted below
+		e := simEngine(t, m, p, nil)
+		opts := groupOptions(e, "plant_room")
+		opts.ToolsChange = true
+		adoptInto(t, e, "pump", pump, "plant_room")
+		s, err := mcpserver.New(e, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := &fastTwin{server: s, handler: mcpserver.NewHTTPHandler(s, quietLogger())}
+		if i == 1 {
+			mcpserver.DisableFastReads(d.handler)
+		}
+		ts := httptest.NewServer(d.handler)
+		t.Cleanup(ts.Close)
+		t.Cleanup(func() { d.handler.CloseSessions(context.Background()) })
+		d.url = ts.URL + mcpserver.EndpointPath
+		twins[i], sessions[i] = d, rawSessionOf(t, d.url)
+		// The session's GET stream, which takes the notification.
+		req, err := http.NewRequest(http.MethodGet, d.url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Accept", "text/event-stream")
+		req.Header.Set("Mcp-Session-Id", sessions[i])
+		req.Header.Set("Mcp-Protocol-Version", mcp.LATEST_LEGACY_PROTOCOL_VERSION)
+		stream, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { stream.Body.Close() })
+		changed := make(chan struct{})
+		go func() {
+			lines := bufio.NewScanner(stream.Body)
+			for lines.Scan() {
+				if strings.Contains(lines.Text(), "notifications/tools/list_changed") {
+					close(changed)
+					return
+				}
+			}
+		}()
+		read := fastStep{name: "a read before", body: callBody("1", `{"name":"read_circulation_pump_speed"}`)}
+		if a := rawPost(t, http.MethodPost, d.url, sessions[i], nil, read.body); a.status != http.StatusOK || !strings.Contains(a.body, `"result"`) {
+			t.Fatalf("%s: %v", read.name, a)
+		}
+		adoptInto(t, e, "irrigation", irrigation, "plant_room")
+		select {
+		case <-changed:
+		case <-time.After(5 * time.Second):
+			t.Fatal("no notifications/tools/list_changed on the GET stream")
+		}
+	}
+	served := mcpserver.FastReadsServed(twins[0].handler)
+	var got [2]rawAnswer
+	for i, d := range twins {
+		got[i] = rawPost(t, http.MethodPost, d.url, sessions[i], nil, callBody("2", `{"name":"read_circulation_pump_speed"}`))
+		got[i].body = timestamps.ReplaceAllString(got[i].body, "TIME")
+	}
+	if !sameAnswer(got[0], got[1]) || !strings.HasPrefix(got[0].body, "event: message\n") || mcpserver.FastReadsServed(twins[0].handler) != served {
+		t.Errorf("a read after the change: fast path answered\n%v\nmcp-go answered\n%v", got[0], got[1])
 	}
 }
