@@ -106,8 +106,9 @@ func newFastReads(s *server.MCPServer, filter server.ToolFilterFunc, hooks *serv
 	return f
 }
 
-// setReads has the fast path answer calls of tools, read_* tools (their
-// handlers send no progress and ask the client nothing), and no others. A
+// setReads has the fast path answer calls of tools, read_* tools and can_do
+// (their handlers send no progress and ask the client nothing; a mesh hop's
+// can_do carries _meta, which goes to mcp-go), and no others. A
 // call runs the handler mcp-go holds for its tool then, if it still has it.
 func (f *fastReads) setReads(tools []string) {
 	reads := make(map[string]bool, len(tools))

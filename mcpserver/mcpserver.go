@@ -144,7 +144,7 @@ func (a *adapter) serverTools() (tools []server.ServerTool, reads []string, err 
 	for _, t := range a.surface.Tools() {
 		st := server.ServerTool{Tool: byName[t.Name], Handler: a.logged(a.recovered(t.Kind, handlers[t.Kind]))}
 		tools = append(tools, st)
-		if t.Kind == engine.ToolRead {
+		if t.Kind == engine.ToolRead || t.Kind == engine.ToolCanDo {
 			reads = append(reads, t.Name)
 		}
 	}
