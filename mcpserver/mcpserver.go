@@ -55,10 +55,12 @@ type Options struct {
 	ToolsChange bool
 }
 
-// CanDoRouter completes a can_do report: args are the call's arguments,
-// meta its _meta, local this device's own report.
+// CanDoRouter answers can_do beyond this device: args are the call's
+// arguments, meta its _meta, local makes this device's own report (the
+// router may skip it: a query answered already on another mesh path). It
+// returns local's error as it is; any other error refuses the call.
 type CanDoRouter interface {
-	Route(ctx context.Context, args map[string]any, meta map[string]any, local promcp.CapabilityReport) (promcp.CapabilityReport, error)
+	Route(ctx context.Context, args map[string]any, meta map[string]any, local func(context.Context) (promcp.CapabilityReport, error)) (promcp.CapabilityReport, error)
 }
 
 // New builds the MCP server for e. Input is not validated by mcp-go: its
@@ -237,18 +239,29 @@ func (a *adapter) refusal(tool, key, reason string) promcp.DoResponse {
 
 func (a *adapter) canDo(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	args, problem := mcpcore.Arguments(req.Params.Arguments)
-	rep, err := a.surface.CanDo(ctx, a.opts.Caller(ctx), args, problem)
-	if err != nil {
-		return nil, err
+	var failed error // this device's own can_do failed: there is no body
+	local := func(ctx context.Context) (promcp.CapabilityReport, error) {
+		rep, err := a.surface.CanDo(ctx, a.opts.Caller(ctx), args, problem)
+		failed = err
+		return rep, err
 	}
-	if a.opts.Router != nil {
-		var meta map[string]any
-		if req.Params.Meta != nil {
-			meta = req.Params.Meta.AdditionalFields
+	if a.opts.Router == nil {
+		rep, err := local(ctx)
+		if err != nil {
+			return nil, err
 		}
-		if rep, err = a.opts.Router.Route(ctx, args, meta, rep); err != nil {
-			return mcp.NewToolResultError(err.Error()), nil
-		}
+		return result(rep, false)
+	}
+	var meta map[string]any
+	if req.Params.Meta != nil {
+		meta = req.Params.Meta.AdditionalFields
+	}
+	rep, err := a.opts.Router.Route(ctx, args, meta, local)
+	switch {
+	case failed != nil:
+		return nil, failed
+	case err != nil:
+		return mcp.NewToolResultError(err.Error()), nil
 	}
 	return result(rep, false)
 }

@@ -31,8 +31,8 @@ func hopFrom(meta map[string]any) (Hop, bool, error) {
 	if err := json.Unmarshal(b, &h); err != nil {
 		return Hop{}, true, fmt.Errorf("_meta %q: %w", MetaKey, err)
 	}
-	if h.QueryID == "" || h.BudgetMs <= 0 || h.TTL < 0 {
-		return Hop{}, true, fmt.Errorf("_meta %q needs query_id, ttl ≥ 0 and budget_ms > 0", MetaKey)
+	if h.QueryID == "" || h.RootQueryID == "" || h.BudgetMs <= 0 || h.TTL < 0 {
+		return Hop{}, true, fmt.Errorf("_meta %q needs query_id, root_query_id, ttl ≥ 0 and budget_ms > 0", MetaKey)
 	}
 	return h, true, nil
 }

@@ -51,7 +51,7 @@ func TestEveryConsultedPeerIsReported(t *testing.T) {
 	}
 	r := New(ask, Config{Total: 200 * time.Millisecond, PerHop: 50 * time.Millisecond})
 	r.SetMembers(ms)
-	rep, err := r.Route(context.Background(), rainArgs, nil, unserved())
+	rep, err := r.Route(context.Background(), rainArgs, nil, own(unserved()))
 	if err != nil {
 		t.Fatal(err)
 	}

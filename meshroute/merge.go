@@ -76,6 +76,39 @@ func offlineEntry(p mesh.Peer, why string) promcp.Blocked {
 	}
 }
 
+// unreachable reports whether b is an offlineEntry: a device that did not
+// answer, rather than the device's own answer.
+func unreachable(b promcp.Blocked) bool {
+	return b.Capability == "*" && b.Permission == promcp.SourceUnreachable
+}
+
+// oneAccountPerDevice leaves one account of each device in out. A device
+// that answered on some path (a candidate, or a blocked entry of its own
+// policy) is not also unreachable because another path lost its answer or
+// a node saw it offline: what it said wins, so it is never both a candidate
+// and unreachable. A device nobody heard from is unreachable once, with the
+// first reason given.
+func oneAccountPerDevice(out *promcp.CapabilityReport) {
+	answered := map[string]bool{}
+	for _, c := range out.Candidates {
+		answered[c.DeviceID] = true
+	}
+	for _, b := range out.Blocked {
+		if !unreachable(b) {
+			answered[b.DeviceID] = true
+		}
+	}
+	listed := map[string]bool{}
+	out.Blocked = slices.DeleteFunc(out.Blocked, func(b promcp.Blocked) bool {
+		if !unreachable(b) {
+			return false
+		}
+		drop := answered[b.DeviceID] || listed[b.DeviceID]
+		listed[b.DeviceID] = true
+		return drop
+	})
+}
+
 func key(device, capability string) string { return device + "\x00" + capability }
 
 // merge adds a peer's report to out, each device's entries once (the same

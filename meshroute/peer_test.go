@@ -24,13 +24,13 @@ func TestPeerRequestsInAnotherNodesNameAreRefused(t *testing.T) {
 		return auth.WithPrincipal(context.Background(), auth.Principal{Name: "mesh:" + node, Method: auth.MethodMesh, Node: node})
 	}
 	hop := func(id, from string) map[string]any {
-		return map[string]any{MetaKey: map[string]any{"query_id": id, "coordinator": "node_2", "from": from, "ttl": 1, "visited": []any{"node_2", "node_1"}, "budget_ms": 300}}
+		return map[string]any{MetaKey: map[string]any{"query_id": id, "root_query_id": id, "coordinator": "node_2", "from": from, "ttl": 1, "visited": []any{"node_2", "node_1"}, "budget_ms": 300}}
 	}
 
 	if v, err := r.Answer(as("node_2"), VoteRequest{Requester: "node_2", Tool: "do_pump"}, nil); err != nil || !v.Confirm {
 		t.Errorf("node_2 asking as node_2: %+v %v, want confirmed", v, err)
 	}
-	if _, err := r.Route(as("node_2"), rainArgs, hop("q-ok", "node_2"), unserved()); err != nil || ask.calls.Load() != 1 {
+	if _, err := r.Route(as("node_2"), rainArgs, hop("q-ok", "node_2"), own(unserved())); err != nil || ask.calls.Load() != 1 {
 		t.Errorf("node_2 forwarding as node_2: err %v, %d asks, want node_4 asked", err, ask.calls.Load())
 	}
 	if len(audited) != 0 {
@@ -54,7 +54,7 @@ func TestPeerRequestsInAnotherNodesNameAreRefused(t *testing.T) {
 		}
 
 		audited = nil
-		_, err = r.Route(as(tc.caller), rainArgs, hop("q-"+tc.name, tc.named), unserved())
+		_, err = r.Route(as(tc.caller), rainArgs, hop("q-"+tc.name, tc.named), own(unserved()))
 		if err == nil || !strings.Contains(err.Error(), strings.Replace(tc.want, "requester", `_meta "physmcp/mesh" from`, 1)) {
 			t.Errorf("forwarded can_do %s: err %v", tc.name, err)
 		}

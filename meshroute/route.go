@@ -38,8 +38,15 @@ const (
 
 // Hop travels with a forwarded query (in _meta, under MetaKey).
 type Hop struct {
+	// QueryID names this hop (new for each peer asked); ParentQueryID the
+	// hop it was forwarded from (the coordinator's report's query_id for the
+	// first hop): PhysMCP's chain.
 	QueryID       string `json:"query_id"`
 	ParentQueryID string `json:"parent_query_id,omitempty"`
+	// RootQueryID is the query_id of the report the coordinator answers, the
+	// same on every hop: a node answers a root once (dedup), whatever path
+	// it arrives by.
+	RootQueryID string `json:"root_query_id"`
 	// Coordinator is the node that received the query from its caller.
 	Coordinator string `json:"coordinator"`
 	// From is the node that sent this hop; it must be the node the
@@ -86,7 +93,7 @@ type Router struct {
 	members atomic.Pointer[membersBox]
 
 	mu   sync.Mutex
-	seen map[string]time.Time // query ids answered, until they may be forgotten
+	seen map[string]time.Time // root query ids answered, until they may be forgotten
 }
 
 type membersBox struct{ Members }
@@ -126,51 +133,61 @@ func (r *Router) SetMembers(m Members) { r.members.Store(&membersBox{m}) }
 // a peer).
 var ErrNotMember = fmt.Errorf("a forwarded can_do (_meta %q) is accepted only from a mesh peer (a credential signed with the mesh keyring)", MetaKey)
 
-// Route completes local, this node's own report for args: a caller's query
-// that no capability here serves is coordinated across the mesh; a query
-// forwarded by a peer (meta carries a Hop) is deduplicated and forwarded
-// on while its TTL lasts. Everything else is local, unchanged.
-func (r *Router) Route(ctx context.Context, args map[string]any, meta map[string]any, local promcp.CapabilityReport) (promcp.CapabilityReport, error) {
+// Route answers a can_do whose arguments are args and _meta meta; local
+// computes this node's own report (its dry runs) and is called at most
+// once: not at all for a forwarded query this node answered already on
+// another path, which is answered empty at once. A caller's query that no
+// capability here serves is coordinated across the mesh; a query forwarded
+// by a peer (meta carries a Hop) is forwarded on while its TTL lasts.
+// Everything else is local's report, unchanged. local's error is returned
+// as it is; any other error refuses a forwarded query.
+func (r *Router) Route(ctx context.Context, args map[string]any, meta map[string]any, local func(context.Context) (promcp.CapabilityReport, error)) (promcp.CapabilityReport, error) {
 	hop, forwarded, err := hopFrom(meta)
 	if err != nil {
-		return local, err
+		return promcp.CapabilityReport{}, err
 	}
 	if forwarded {
 		if err := r.fromPeer(ctx, "can_do", fmt.Sprintf("_meta %q from", MetaKey), hop.From, ErrNotMember); err != nil {
-			return local, err
+			return promcp.CapabilityReport{}, err
 		}
 	}
 	box := r.members.Load()
 	if box == nil {
-		return local, nil
+		return local(ctx)
 	}
 	m := box.Members
 	start := r.cfg.Now()
+	// Only a peer's query that passed the credential check is recorded, so
+	// nobody outside the mesh can make a node ignore a query.
+	if forwarded && r.duplicate(hop.RootQueryID, start) {
+		return answeredBefore(m, hop, start), nil
+	}
+	own, err := local(ctx)
+	if err != nil {
+		return own, err
+	}
 	if forwarded {
-		if r.duplicate(hop.QueryID, start) {
-			return emptyReport(local), nil
-		}
 		if hop.TTL <= 0 {
-			return local, nil
+			return own, nil
 		}
 	} else {
-		if !unservedHere(local) {
-			return local, nil
+		if !unservedHere(own) {
+			return own, nil
 		}
 		self := m.Self()
-		hop = Hop{QueryID: local.QueryID, Coordinator: self.NodeID, TTL: r.cfg.TTL, Visited: []string{self.NodeID}, BudgetMs: r.cfg.Total.Milliseconds()}
-		r.duplicate(hop.QueryID, start)
+		hop = Hop{QueryID: own.QueryID, RootQueryID: own.QueryID, Coordinator: self.NodeID, TTL: r.cfg.TTL, Visited: []string{self.NodeID}, BudgetMs: r.cfg.Total.Milliseconds()}
+		r.duplicate(hop.RootQueryID, start)
 	}
 	req, err := promcp.ParseCanDo(args)
 	if err != nil {
-		return local, nil // the local report already says what is malformed
+		return own, nil // the local report already says what is malformed
 	}
 	budget := time.Duration(hop.BudgetMs) * time.Millisecond
 	ctx, cancel := context.WithDeadline(ctx, start.Add(budget))
 	defer cancel()
-	rep := r.fanOut(ctx, m, req, args, hop, local, start)
+	rep := r.fanOut(ctx, m, req, args, hop, own)
 	if !forwarded {
-		rep.Metadata.TotalLatencyMs = local.Metadata.TotalLatencyMs + r.cfg.Now().Sub(start).Milliseconds()
+		rep.Metadata.TotalLatencyMs = r.cfg.Now().Sub(start).Milliseconds() // its own dry runs included
 	}
 	return rep, nil
 }
@@ -190,8 +207,9 @@ func unservedHere(rep promcp.CapabilityReport) bool {
 	return true
 }
 
-// duplicate records id and reports whether it was seen within the dedup window.
-func (r *Router) duplicate(id string, now time.Time) bool {
+// duplicate records a root query id and reports whether it was seen within
+// the dedup window.
+func (r *Router) duplicate(root string, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for k, until := range r.seen {
@@ -199,19 +217,25 @@ func (r *Router) duplicate(id string, now time.Time) bool {
 			delete(r.seen, k)
 		}
 	}
-	if until, ok := r.seen[id]; ok && !now.After(until) {
+	if until, ok := r.seen[root]; ok && !now.After(until) {
 		return true
 	}
-	r.seen[id] = now.Add(r.cfg.Dedup)
+	r.seen[root] = now.Add(r.cfg.Dedup)
 	return false
 }
 
-// emptyReport answers a query this node has answered already on another
-// path: nothing, so the coordinator counts every device once.
-func emptyReport(local promcp.CapabilityReport) promcp.CapabilityReport {
+// answeredBefore answers a query this node has answered already on another
+// path: nothing, so each device is reported once, and marked
+// duplicate_query, so the peer that asked counts this node neither as a
+// response nor as a second peer consulted (its answer counts on the path
+// that got it).
+func answeredBefore(m Members, hop Hop, now time.Time) promcp.CapabilityReport {
 	return promcp.CapabilityReport{
-		QueryID: local.QueryID, Candidates: []promcp.Candidate{}, Blocked: []promcp.Blocked{}, Unroutable: []promcp.Unroutable{},
-		Context: promcp.ReportContext{RelatedReads: []string{}, CurrentObservations: map[string]any{}}, Metadata: local.Metadata,
+		QueryID: promcp.NewUUID(), Candidates: []promcp.Candidate{}, Blocked: []promcp.Blocked{}, Unroutable: []promcp.Unroutable{},
+		Context: promcp.ReportContext{RelatedReads: []string{}, CurrentObservations: map[string]any{}},
+		Metadata: promcp.ReportMetadata{Timestamp: promcp.Time(now), DeviceID: m.Self().DeviceID, PromcpBase: promcp.BaseVersion,
+			MeshMetadata: &promcp.MeshMetadata{CoordinatorNode: hop.Coordinator, MeshSizeEstimate: max(1, m.SizeEstimate()),
+				PartitionState: m.PartitionState(), DuplicateQuery: true}},
 	}
 }
 
@@ -223,7 +247,7 @@ type answer struct {
 
 // fanOut asks up to Fanout matching alive peers in parallel, waits for them
 // until ctx's deadline, and merges what came back into local.
-func (r *Router) fanOut(ctx context.Context, m Members, req promcp.CanDoRequest, args map[string]any, hop Hop, local promcp.CapabilityReport, start time.Time) promcp.CapabilityReport {
+func (r *Router) fanOut(ctx context.Context, m Members, req promcp.CanDoRequest, args map[string]any, hop Hop, local promcp.CapabilityReport) promcp.CapabilityReport {
 	self := m.Self()
 	ask, offline := r.choose(m, req, hop)
 	visited := slices.Clone(hop.Visited)
@@ -233,7 +257,7 @@ func (r *Router) fanOut(ctx context.Context, m Members, req promcp.CanDoRequest,
 	deadline, _ := ctx.Deadline()
 	answers := make(chan answer, len(ask))
 	for _, p := range ask {
-		child := Hop{QueryID: promcp.NewUUID(), ParentQueryID: hop.QueryID, Coordinator: hop.Coordinator, From: self.NodeID, TTL: hop.TTL - 1, Visited: visited}
+		child := Hop{QueryID: promcp.NewUUID(), ParentQueryID: hop.QueryID, RootQueryID: hop.RootQueryID, Coordinator: hop.Coordinator, From: self.NodeID, TTL: hop.TTL - 1, Visited: visited}
 		// A peer that forwards again needs time for its own hop; it answers
 		// a little before our deadline so its answer is not cut off in transit.
 		wait := min(deadline.Sub(r.cfg.Now()), r.cfg.PerHop*time.Duration(child.TTL+1))
@@ -271,6 +295,10 @@ func (r *Router) fanOut(ctx context.Context, m Members, req promcp.CanDoRequest,
 				remote = true
 				continue
 			}
+			if pm := a.rep.Metadata.MeshMetadata; pm != nil && pm.DuplicateQuery {
+				mm.PeersConsulted-- // it answered on another path and counts there
+				continue
+			}
 			mm.Answered(a.rep.Metadata.MeshMetadata)
 			if merge(&out, a.peer, a.rep, seen) {
 				remote = true
@@ -287,6 +315,7 @@ func (r *Router) fanOut(ctx context.Context, m Members, req promcp.CanDoRequest,
 			remote = true
 		}
 	}
+	oneAccountPerDevice(&out)
 	if remote {
 		out.Unroutable = slices.DeleteFunc(slices.Clone(out.Unroutable), func(u promcp.Unroutable) bool { return u.Reason == promcp.NoProducer })
 	} else if len(out.Unroutable) > 0 && len(ask) == 0 {

@@ -67,6 +67,11 @@ func unserved() promcp.CapabilityReport {
 	}
 }
 
+// own is a node's own report, as Route's local.
+func own(rep promcp.CapabilityReport) func(context.Context) (promcp.CapabilityReport, error) {
+	return func(context.Context) (promcp.CapabilityReport, error) { return rep, nil }
+}
+
 var rainArgs = map[string]any{"intent": map[string]any{"semantic_tags": []any{"rain"}, "action": "read"}}
 
 func TestCoordinatorAsksMatchingPeersAndMerges(t *testing.T) {
@@ -78,12 +83,12 @@ func TestCoordinatorAsksMatchingPeersAndMerges(t *testing.T) {
 	ask := &fakeAsker{answer: func(p mesh.Peer, _ Hop) promcp.CapabilityReport { return candidateOf(p, "do_rain_cover") }}
 	r := New(ask, Config{})
 	r.SetMembers(ms)
-	rep, err := r.Route(context.Background(), rainArgs, nil, unserved())
+	rep, err := r.Route(context.Background(), rainArgs, nil, own(unserved()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ask.calls.Load() != 1 || ask.hops["d"].TTL != DefaultTTL-1 || ask.hops["d"].ParentQueryID != "q-1" {
-		t.Fatalf("asked %d peers, hops %+v; want only d, ttl %d, parent q-1", ask.calls.Load(), ask.hops, DefaultTTL-1)
+	if ask.calls.Load() != 1 || ask.hops["d"].TTL != DefaultTTL-1 || ask.hops["d"].ParentQueryID != "q-1" || ask.hops["d"].RootQueryID != "q-1" || ask.hops["d"].QueryID == "q-1" {
+		t.Fatalf("asked %d peers, hops %+v; want only d, ttl %d, a new query id, parent and root q-1", ask.calls.Load(), ask.hops, DefaultTTL-1)
 	}
 	if len(rep.Candidates) != 1 || rep.Candidates[0].DeviceID != "d" || rep.Candidates[0].Endpoint != "http://d/mcp" || !rep.Feasible {
 		t.Fatalf("candidates %+v feasible %v; want d's, with its endpoint", rep.Candidates, rep.Feasible)
@@ -108,7 +113,7 @@ func TestLocalAnswerIsNotRouted(t *testing.T) {
 	r := New(ask, Config{})
 	r.SetMembers(members{self: peer("a", "z1", mesh.Alive), peers: []mesh.Peer{peer("d", "z1", mesh.Alive, "rain")}})
 	local := candidateOf(peer("a", "z1", mesh.Alive), "do_rain")
-	rep, _ := r.Route(context.Background(), rainArgs, nil, local)
+	rep, _ := r.Route(context.Background(), rainArgs, nil, own(local))
 	if ask.calls.Load() != 0 || rep.Metadata.MeshMetadata != nil {
 		t.Fatalf("a query served here asked %d peers", ask.calls.Load())
 	}
@@ -122,7 +127,7 @@ func TestHungPeerKeepsTheDeadline(t *testing.T) {
 	r := New(ask, Config{Total: 200 * time.Millisecond, PerHop: 50 * time.Millisecond})
 	r.SetMembers(ms)
 	start := time.Now()
-	rep, _ := r.Route(context.Background(), rainArgs, nil, unserved())
+	rep, _ := r.Route(context.Background(), rainArgs, nil, own(unserved()))
 	if took := time.Since(start); took > 400*time.Millisecond {
 		t.Errorf("took %v with a 200 ms budget", took)
 	}
@@ -147,24 +152,29 @@ func TestForwardedQueries(t *testing.T) {
 	ask := &fakeAsker{answer: func(p mesh.Peer, _ Hop) promcp.CapabilityReport { return candidateOf(p, "do_rain") }}
 	r := New(ask, Config{})
 	r.SetMembers(ms)
-	hop := map[string]any{MetaKey: map[string]any{"query_id": "f-1", "coordinator": "a", "from": "a", "ttl": 1, "visited": []any{"a", "b"}, "budget_ms": 300}}
+	hop := map[string]any{MetaKey: map[string]any{"query_id": "f-1", "root_query_id": "r-1", "coordinator": "a", "from": "a", "ttl": 1, "visited": []any{"a", "b"}, "budget_ms": 300}}
 
-	if _, err := r.Route(context.Background(), rainArgs, hop, unserved()); err != ErrNotMember {
+	if _, err := r.Route(context.Background(), rainArgs, hop, own(unserved())); err != ErrNotMember {
 		t.Fatalf("a forwarded query from a caller without a mesh credential: err %v, want ErrNotMember", err)
 	}
-	rep, err := r.Route(meshCtx(), rainArgs, hop, unserved())
+	rep, err := r.Route(meshCtx(), rainArgs, hop, own(unserved()))
 	if err != nil || ask.calls.Load() != 1 || len(rep.Candidates) != 1 || rep.Candidates[0].DeviceID != "d" {
 		t.Fatalf("forwarded with ttl 1: err %v, %d asks, candidates %+v; want d asked once (a is visited)", err, ask.calls.Load(), rep.Candidates)
 	}
 	if h := ask.hops["d"]; h.TTL != 0 || h.Coordinator != "a" || h.From != "b" {
 		t.Errorf("hop to d %+v; want ttl 0, coordinator a, from b", h)
 	}
-	again, _ := r.Route(meshCtx(), rainArgs, hop, unserved())
-	if ask.calls.Load() != 1 || len(again.Candidates)+len(again.Blocked)+len(again.Unroutable) != 0 {
-		t.Fatalf("the same query id again: %d asks, %+v; want an empty answer", ask.calls.Load(), again)
+	// The same query on another path: another hop id, the same root.
+	other := map[string]any{MetaKey: map[string]any{"query_id": "f-3", "parent_query_id": "f-0", "root_query_id": "r-1", "coordinator": "a", "from": "a", "ttl": 1, "visited": []any{"a", "c"}, "budget_ms": 300}}
+	again, _ := r.Route(meshCtx(), rainArgs, other, func(context.Context) (promcp.CapabilityReport, error) {
+		t.Error("the dry runs ran again for a query answered on another path")
+		return unserved(), nil
+	})
+	if ask.calls.Load() != 1 || len(again.Candidates)+len(again.Blocked)+len(again.Unroutable) != 0 || !again.Metadata.DuplicateQuery {
+		t.Fatalf("the same root query on another path: %d asks, %+v; want an empty answer marked duplicate_query", ask.calls.Load(), again)
 	}
-	last := map[string]any{MetaKey: map[string]any{"query_id": "f-2", "coordinator": "a", "from": "a", "ttl": 0, "visited": []any{"a"}, "budget_ms": 100}}
-	if _, err := r.Route(meshCtx(), rainArgs, last, unserved()); err != nil || ask.calls.Load() != 1 {
+	last := map[string]any{MetaKey: map[string]any{"query_id": "f-2", "root_query_id": "r-2", "coordinator": "a", "from": "a", "ttl": 0, "visited": []any{"a"}, "budget_ms": 100}}
+	if _, err := r.Route(meshCtx(), rainArgs, last, own(unserved())); err != nil || ask.calls.Load() != 1 {
 		t.Fatalf("ttl 0 forwarded on: err %v, %d asks", err, ask.calls.Load())
 	}
 }

@@ -203,6 +203,7 @@ func CanDoOutputSchema() Schema {
 			"responses_dropped_late": Schema{"type": "integer", "minimum": 0},
 			"mesh_size_estimate":     Schema{"type": "integer", "minimum": 1},
 			"partition_state":        Schema{"type": "string", "enum": []any{"none", "suspected", "healing"}},
+			"duplicate_query":        Schema{"type": "boolean", "description": "A peer's empty answer to a query it answered on another path."},
 			"omitted":                omittedSchema,
 		}, "timestamp", "total_latency_ms"),
 	}, "query_id", "feasible", "candidates", "blocked", "unroutable", "context", "metadata")

@@ -262,6 +262,9 @@ type MeshMetadata struct {
 	ResponsesDroppedLate int    `json:"responses_dropped_late"`
 	MeshSizeEstimate     int    `json:"mesh_size_estimate"`
 	PartitionState       string `json:"partition_state"`
+	// DuplicateQuery marks a peer's empty answer to a query it answered
+	// already on another path (physmcpd); never on a merged report.
+	DuplicateQuery bool `json:"duplicate_query,omitempty"`
 }
 
 // CapabilityReport is can_do's answer.

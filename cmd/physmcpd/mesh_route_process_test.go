@@ -107,7 +107,7 @@ func TestMeshRoutingProcesses(t *testing.T) {
 	// A plain client (an operator token, no mesh credential) posing as a peer.
 	forged := ask
 	forged.Params.Meta = &mcp.Meta{AdditionalFields: map[string]any{meshroute.MetaKey: map[string]any{
-		"query_id": "forged-1", "coordinator": "node_1", "ttl": 2, "visited": []string{"node_1"}, "budget_ms": 400}}}
+		"query_id": "forged-1", "root_query_id": "forged-1", "coordinator": "node_1", "ttl": 2, "visited": []string{"node_1"}, "budget_ms": 400}}}
 	if _, res := canDo(t, cd, forged); !res.IsError {
 		t.Errorf("a forwarded can_do without a mesh credential was answered: %v", res.Content)
 	}
