@@ -37,7 +37,9 @@ import (
 // roleFilter), WithRecovery, in-flight cancellation (notifications/cancelled
 // reaches these calls too, see cancel). Other hooks, tracing, request logs
 // and schema validation are not configured; a server with call hooks is left
-// to mcp-go (plainHooks). Notifications: mcp-go puts them on the session's
+// to mcp-go (plainHooks). The handler's context has the session and the
+// protocol era as mcp-go's has, not server.ServerFromContext, which only
+// read_status_*'s progress uses. Notifications: mcp-go puts them on the session's
 // channel, which a POST in progress drains into its SSE answer, and from the
 // first one on answers every POST of the session as SSE. Every notification
 // physmcpd sends to a session goes through notifyLog, notifyCallLog,
