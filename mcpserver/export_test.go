@@ -1,5 +1,11 @@
 package mcpserver
 
+import (
+	"weak"
+
+	"github.com/mark3labs/mcp-go/server"
+)
+
 // DisableFastReads has mcp-go answer every request of h, read_* calls
 // included (fastread.go), so that tests can compare the two.
 func DisableFastReads(h *HTTPHandler) {
@@ -18,3 +24,10 @@ func FastReadsServed(h *HTTPHandler) int64 {
 	}
 	return n
 }
+
+// DisableStreamFastReads has mcp-go answer every request of s's stream
+// sessions, read_* calls included (streamserve.go).
+func DisableStreamFastReads(s *server.MCPServer) { fastEndpoints.Delete(weak.Make(s)) }
+
+// StreamFastReadsServed counts the calls s's fast path answered.
+func StreamFastReadsServed(s *server.MCPServer) int64 { return fastReadsOf(s).served.Load() }

@@ -149,31 +149,15 @@ func (f *fastReads) serve(w http.ResponseWriter, r *http.Request, id string) boo
 	if err != nil || !bytes.Contains(body, []byte(`"tools/call"`)) {
 		return false
 	}
-	var msg fastMessage
-	if json.Unmarshal(body, &msg) != nil || msg.JSONRPC != mcp.JSONRPC_VERSION || msg.Method != string(mcp.MethodToolsCall) ||
-		len(msg.Result) > 0 || len(msg.Error) > 0 || len(msg.ID) == 0 || msg.ID[0] != '"' && msg.ID[0] != '-' && (msg.ID[0] < '0' || msg.ID[0] > '9') {
-		return false
-	}
-	p := msg.Params
-	if p.Meta != nil || p.Task != nil || p.InputResponses != nil || p.RequestState != "" {
-		return false
-	}
-	if !(*f.reads.Load())[p.Name] || !f.plainHooks() {
-		return false
-	}
-	tool := f.server.GetTool(p.Name)
-	if tool == nil || len(f.filter(r.Context(), []mcp.Tool{tool.Tool})) != 1 {
-		return false // mcp-go answers that it has no such tool
-	}
-	var reqID any // as mcp-go holds it (numbers as float64)
-	if json.Unmarshal(msg.ID, &reqID) != nil {
+	msg, reqID, tool, ok := f.readCall(r.Context(), body)
+	if !ok {
 		return false
 	}
 	call := &fastCall{id: reqID}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	call.cancel = cancel
-	session, ok := f.begin(id, p.Name, call)
+	session, ok := f.begin(id, msg.Params.Name, call)
 	if !ok {
 		return false
 	}
@@ -206,6 +190,33 @@ func (f *fastReads) serve(w http.ResponseWriter, r *http.Request, id string) boo
 		_ = json.NewEncoder(w).Encode(response)
 	}
 	return true
+}
+
+// readCall decodes body as a call this path answers for the caller of ctx:
+// the request, its id as mcp-go holds it (numbers as float64) and the tool
+// mcp-go holds. Any other message says false.
+func (f *fastReads) readCall(ctx context.Context, body []byte) (fastMessage, any, *server.ServerTool, bool) {
+	var msg fastMessage
+	if json.Unmarshal(body, &msg) != nil || msg.JSONRPC != mcp.JSONRPC_VERSION || msg.Method != string(mcp.MethodToolsCall) ||
+		len(msg.Result) > 0 || len(msg.Error) > 0 || len(msg.ID) == 0 || msg.ID[0] != '"' && msg.ID[0] != '-' && (msg.ID[0] < '0' || msg.ID[0] > '9') {
+		return msg, nil, nil, false
+	}
+	p := msg.Params
+	if p.Meta != nil || p.Task != nil || p.InputResponses != nil || p.RequestState != "" {
+		return msg, nil, nil, false
+	}
+	if !(*f.reads.Load())[p.Name] || !f.plainHooks() {
+		return msg, nil, nil, false
+	}
+	tool := f.server.GetTool(p.Name)
+	if tool == nil || len(f.filter(ctx, []mcp.Tool{tool.Tool})) != 1 {
+		return msg, nil, nil, false // mcp-go answers that it has no such tool
+	}
+	var reqID any
+	if json.Unmarshal(msg.ID, &reqID) != nil {
+		return msg, nil, nil, false
+	}
+	return msg, reqID, tool, true
 }
 
 // appendResponse appends what mcp-go's json.NewEncoder(w).Encode writes for

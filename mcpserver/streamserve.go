@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -25,7 +26,12 @@ import (
 // did (into a RawMessage, for each kind of answer to a request of its own,
 // for its method), read each line on a goroutine of its own and wrote each
 // answer through fmt: a third of a proxy's CPU time per read over a serial
-// line. physmcpd sends its clients no requests (sampling, elicitation as a
+// line. A read_* call that the HTTP transport's fast path would answer
+// (fastread.go: no _meta, a tool the caller sees, mcp-go's own handler and
+// encoding) is answered by it here too, without HandleMessage, whose five
+// decodes of the message were a seventh of the proxy's CPU per read;
+// notifications/cancelled ends such a call as mcp-go ends its own.
+// physmcpd sends its clients no requests (sampling, elicitation as a
 // request, roots), so answers from the client are dropped, as
 // HandleMessage drops them.
 
@@ -34,6 +40,17 @@ const (
 	defaultStreamWorkers = 5
 	defaultStreamQueue   = 100
 )
+
+// stream is one session on a stream.
+type stream struct {
+	s     *server.MCPServer
+	fast  *fastReads // nil: every call goes to HandleMessage
+	w     *lineWriter
+	limit int // MaxMessageBytes
+
+	mu    sync.Mutex
+	reads map[string]context.CancelFunc // read_* calls answered by fast, by id
+}
 
 // serveLines runs one session of s on in/out. When in ends, the tool calls
 // already read are answered (a do_ sent just before the client closed its
@@ -55,13 +72,13 @@ func serveLines(ctx context.Context, s *server.MCPServer, in io.Reader, out io.W
 	ctx, cancel := context.WithCancel(s.WithContext(ctx, session))
 	defer cancel()
 
-	w := &lineWriter{out: out}
+	st := &stream{s: s, fast: fastReadsOf(s), w: &lineWriter{out: out}, limit: lim.MaxMessageBytes, reads: map[string]context.CancelFunc{}}
 	var pool, others sync.WaitGroup
 	others.Go(func() {
 		for {
 			select {
 			case n := <-session.notifications:
-				w.send(n)
+				st.w.send(n)
 			case <-ctx.Done():
 				return
 			}
@@ -76,7 +93,7 @@ func serveLines(ctx context.Context, s *server.MCPServer, in io.Reader, out io.W
 					if !ok {
 						return
 					}
-					w.send(s.HandleMessage(ctx, msg))
+					st.call(ctx, msg)
 				case <-ctx.Done():
 					return
 				}
@@ -85,14 +102,14 @@ func serveLines(ctx context.Context, s *server.MCPServer, in io.Reader, out io.W
 	}
 	requests := &group{}
 	done := make(chan error, 1)
-	go func() {
-		done <- readLines(ctx, s, bufio.NewReaderSize(in, 4096), lim.MaxMessageBytes, calls, w, requests)
-	}()
+	go func() { done <- st.readLines(ctx, bufio.NewReaderSize(in, 4096), calls, requests) }()
 	var err error
+	ended := false // the input, not ctx
 	select {
 	case err = <-done:
 		close(calls) // the reader was its only sender
 		pool.Wait()
+		ended = true
 	case <-ctx.Done():
 		// The reader may sit in a Read that only the end of in (closing
 		// the line, the process exiting) ends; it starts nothing more.
@@ -102,6 +119,11 @@ func serveLines(ctx context.Context, s *server.MCPServer, in io.Reader, out io.W
 	pool.Wait()
 	requests.closeAndWait()
 	others.Wait()
+	if ended { // what the last calls had the session told goes out too
+		for len(session.notifications) > 0 {
+			st.w.send(<-session.notifications)
+		}
+	}
 	return err
 }
 
@@ -109,9 +131,9 @@ func serveLines(ctx context.Context, s *server.MCPServer, in io.Reader, out io.W
 // workers (the reader waiting when they and the queue are full), any other
 // request on its own goroutine (one may block, such as subscriptions/listen),
 // notifications and messages that do not decode here.
-func readLines(ctx context.Context, s *server.MCPServer, in *bufio.Reader, limit int, calls chan<- json.RawMessage, w *lineWriter, requests *group) error {
+func (st *stream) readLines(ctx context.Context, in *bufio.Reader, calls chan<- json.RawMessage, requests *group) error {
 	for {
-		line, err := ndjson.ReadLine(in, limit)
+		line, err := ndjson.ReadLine(in, st.limit)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -128,11 +150,17 @@ func readLines(ctx context.Context, s *server.MCPServer, in *bufio.Reader, limit
 		var head struct {
 			ID     json.RawMessage `json:"id"`
 			Method string          `json:"method"`
+			Params struct {
+				RequestID any `json:"requestId"`
+			} `json:"params"`
 		}
 		switch {
 		case json.Unmarshal(msg, &head) != nil || head.ID == nil:
 			// a notification, or what HandleMessage answers with a parse error
-			w.send(s.HandleMessage(ctx, msg))
+			if head.Method == string(mcp.MethodNotificationCancelled) {
+				st.cancelRead(head.Params.RequestID)
+			}
+			st.w.send(st.s.HandleMessage(ctx, msg))
 		case head.Method == string(mcp.MethodToolsCall):
 			select {
 			case calls <- msg:
@@ -140,10 +168,56 @@ func readLines(ctx context.Context, s *server.MCPServer, in *bufio.Reader, limit
 				return ctx.Err()
 			}
 		case head.Method != "":
-			if !requests.Go(func() { w.send(s.HandleMessage(ctx, msg)) }) {
+			if !requests.Go(func() { st.w.send(st.s.HandleMessage(ctx, msg)) }) {
 				return ctx.Err()
 			}
 		}
+	}
+}
+
+// call answers a tools/call: a read_* on the fast path (fastread.go: the
+// message decoded once, the handler mcp-go holds for the tool run as mcp-go
+// runs it, the answer encoded as mcp-go encodes it), anything else through
+// HandleMessage. A read's notifications (a log message) go on the session's
+// channel, as HandleMessage's do.
+func (st *stream) call(ctx context.Context, msg json.RawMessage) {
+	if st.fast != nil {
+		if m, reqID, tool, ok := st.fast.readCall(ctx, msg); ok {
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			key := fmt.Sprint(reqID) // as mcp-go keys its calls: "1" and 1 are one
+			st.mu.Lock()
+			st.reads[key] = cancel
+			st.mu.Unlock()
+			defer func() {
+				st.mu.Lock()
+				delete(st.reads, key)
+				st.mu.Unlock()
+			}()
+			answer := st.fast.call(ctx, &fastCall{id: reqID, cancel: cancel}, reqID, msg, m.CallToolRequest, nil, tool.Handler)
+			st.fast.served.Add(1)
+			if b, ok := appendResponse(nil, answer); ok {
+				st.w.write(b)
+			} else {
+				st.w.send(answer)
+			}
+			return
+		}
+	}
+	st.w.send(st.s.HandleMessage(ctx, msg))
+}
+
+// cancelRead ends the read answered on the fast path that a
+// notifications/cancelled names, as mcp-go ends its own calls (it then
+// handles the notification as before).
+func (st *stream) cancelRead(reqID any) {
+	if reqID == nil {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if cancel := st.reads[fmt.Sprint(reqID)]; cancel != nil {
+		cancel()
 	}
 }
 
@@ -188,9 +262,14 @@ func (w *lineWriter) send(m mcp.JSONRPCMessage) {
 		slog.Error("cannot encode an answer on the stream", "err", err)
 		return
 	}
+	w.write(append(b, '\n'))
+}
+
+// write writes line, which ends in a newline.
+func (w *lineWriter) write(line []byte) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, err := w.out.Write(append(b, '\n')); err != nil {
+	if _, err := w.out.Write(line); err != nil {
 		slog.Debug("cannot answer on the stream", "err", err)
 	}
 }

@@ -10,10 +10,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -184,4 +187,175 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// rawStream is a stream session of s that the test writes lines to.
+type rawStream struct {
+	t      *testing.T
+	in     *io.PipeWriter
+	lines  chan string // everything s wrote, in order
+	seen   []string
+	served chan error
+}
+
+func newRawStream(t *testing.T, s *server.MCPServer) *rawStream {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	r := &rawStream{t: t, in: inW, lines: make(chan string, 256), served: make(chan error, 1)}
+	go func() {
+		r.served <- mcpserver.ServeStream(context.Background(), s, inR, outW, mcpserver.StreamLimits{})
+		outW.Close()
+	}()
+	go func() {
+		sc := bufio.NewScanner(outR)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			r.lines <- sc.Text()
+		}
+		close(r.lines)
+	}()
+	return r
+}
+
+// send writes line; with an id, it waits for the line that answers it.
+func (r *rawStream) send(line, id string) {
+	r.t.Helper()
+	if _, err := io.WriteString(r.in, line+"\n"); err != nil {
+		r.t.Fatal(err)
+	}
+	var want any
+	if id != "" && json.Unmarshal([]byte(id), &want) != nil {
+		r.t.Fatalf("id %s", id)
+	}
+	for id != "" {
+		select {
+		case l := <-r.lines:
+			r.seen = append(r.seen, l)
+			var answer struct {
+				ID     any
+				Method string
+			}
+			if json.Unmarshal([]byte(l), &answer) == nil && answer.Method == "" && reflect.DeepEqual(answer.ID, want) {
+				return
+			}
+		case <-time.After(5 * time.Second):
+			r.t.Fatalf("no answer to %s", line)
+		}
+	}
+}
+
+// end closes the input and returns every line s wrote, sorted.
+func (r *rawStream) end() []string {
+	r.in.Close()
+	if err := <-r.served; err != nil {
+		r.t.Fatal(err)
+	}
+	for l := range r.lines {
+		r.seen = append(r.seen, l)
+	}
+	slices.Sort(r.seen)
+	return r.seen
+}
+
+// read_* calls on a stream are answered on the fast path (fastread.go)
+// exactly as mcp-go answers them: the same requests to two tanks on clocks
+// that agree, one without the fast path, answered byte for byte alike,
+// log messages included (a refused do_*, a read of a device that is away).
+func TestStreamFastReadsAnswerAsMCPGo(t *testing.T) {
+	twins := fastTwins(t, false)
+	mcpserver.DisableStreamFastReads(twins[1].server)
+	var got [2][]string
+	for i, d := range twins {
+		r := newRawStream(t, d.server)
+		r.send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`, "0")
+		r.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`, "")
+		for _, step := range fastSteps {
+			if step.method != "" || step.headers != nil {
+				continue
+			}
+			var head struct{ ID, Result json.RawMessage }
+			if json.Unmarshal([]byte(step.body), &head) != nil || head.ID == nil || string(head.ID) == "null" ||
+				head.Result != nil && string(head.Result) != "null" {
+				r.send(step.body, "") // answered with id null, or not at all (a response)
+				continue
+			}
+			r.send(step.body, string(head.ID))
+		}
+		r.send(`{"jsonrpc":"2.0","id":40,"method":"logging/setLevel","params":{"level":"warning"}}`, "40")
+		r.send(callBody("41", `{"name":"do_inflow","arguments":{"value":99,"idempotency_key":"k41"}}`), "41")
+		d.bus.SetOffline(true)
+		d.clk.Advance(time.Minute) // past the level's cache TTL
+		r.send(callBody("42", `{"name":"read_level"}`), "42")
+		got[i] = r.end()
+	}
+	if !slices.Equal(got[0], got[1]) {
+		t.Errorf("the fast path answered\n%s\nmcp-go answered\n%s", strings.Join(got[0], "\n"), strings.Join(got[1], "\n"))
+	}
+	if n := mcpserver.StreamFastReadsServed(twins[0].server); n < 10 {
+		t.Errorf("the fast path answered %d calls", n)
+	}
+	if logs := slices.DeleteFunc(slices.Clone(got[0]), func(l string) bool { return !strings.Contains(l, `"notifications/message"`) }); len(logs) < 2 {
+		t.Errorf("log messages %q; want the refused do_* and the device that is away", logs)
+	}
+}
+
+// notifications/cancelled ends a read on the stream's fast path as mcp-go
+// ends its own: a read waiting for another's transaction returns at once.
+func TestStreamFastReadCancelled(t *testing.T) {
+	twins := fastTwins(t, false)
+	mcpserver.DisableStreamFastReads(twins[1].server)
+	var got [2][]string
+	for i, d := range twins {
+		inR, inW := io.Pipe()
+		outR, outW := io.Pipe()
+		served := make(chan error, 1)
+		go func() {
+			served <- mcpserver.ServeStream(context.Background(), d.server, inR, outW, mcpserver.StreamLimits{})
+			outW.Close()
+		}()
+		answers := make(chan string, 8)
+		go func() {
+			sc := bufio.NewScanner(outR)
+			for sc.Scan() {
+				answers <- sc.Text()
+			}
+			close(answers)
+		}()
+		send := func(line string) {
+			if _, err := io.WriteString(inW, line+"\n"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`)
+		send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		got[i] = append(got[i], <-answers)
+		d.hanging.hang.Store(true)
+		send(callBody(`"r1"`, `{"name":"read_level"}`))
+		<-d.hanging.entered
+		send(callBody(`"r2"`, `{"name":"read_level"}`))
+		time.Sleep(50 * time.Millisecond) // r2 waits for r1's transaction
+		send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"r2","reason":"test"}}`)
+		select {
+		case a := <-answers:
+			got[i] = append(got[i], a)
+		case <-time.After(5 * time.Second):
+			close(d.hanging.released)
+			t.Fatal("a read went on waiting after notifications/cancelled")
+		}
+		close(d.hanging.released)
+		got[i] = append(got[i], <-answers)
+		inW.Close()
+		if err := <-served; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(got[0], got[1]) {
+		t.Errorf("the fast path answered\n%s\nmcp-go answered\n%s", strings.Join(got[0], "\n"), strings.Join(got[1], "\n"))
+	}
+	if !strings.Contains(got[0][1], `"r2"`) {
+		t.Errorf("the first answer after the cancellation: %s", got[0][1])
+	}
+	if n := mcpserver.StreamFastReadsServed(twins[0].server); n != 2 {
+		t.Errorf("the fast path answered %d reads, want both", n)
+	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/internal/benchround"
+	"github.com/physmcp/physmcpd/internal/mcpdial"
 	"github.com/physmcp/physmcpd/internal/serialline"
 )
 
@@ -179,7 +180,11 @@ func reportCached(b *testing.B, ns [][]float64) {
 }
 
 // dialSerial is an initialised mcp-go client on the serial line path, and
-// the count of the bytes it has written and read there.
+// the count of the bytes it has written and read there. It speaks the
+// protocol of the initialize handshake (2025-11-25), the newest a Lite node
+// speaks, to the proxy too: on 2026-07-28 every request would carry its
+// protocol version and client in _meta, and the two paths would differ by
+// more than the proxy.
 func dialSerial(b *testing.B, path string) (*client.Client, *atomic.Int64) {
 	line, err := serialline.Open(path, benchBaud)
 	if err != nil {
@@ -187,7 +192,17 @@ func dialSerial(b *testing.B, path string) (*client.Client, *atomic.Int64) {
 	}
 	b.Cleanup(func() { line.Close() })
 	counted := &countingLine{line: line}
-	return dialMCP(b, transport.NewIO(counted, counted, io.NopCloser(strings.NewReader("")))), &counted.n
+	c := client.NewClient(transport.NewIO(counted, counted, io.NopCloser(strings.NewReader(""))), client.WithLegacyProtocolOnly())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	if err := mcpdial.Handshake(ctx, c, "bench"); err != nil {
+		b.Fatal(err)
+	}
+	return c, &counted.n
 }
 
 // countingLine counts the bytes that cross a line.
