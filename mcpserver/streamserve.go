@@ -26,11 +26,11 @@ import (
 // did (into a RawMessage, for each kind of answer to a request of its own,
 // for its method), read each line on a goroutine of its own and wrote each
 // answer through fmt: a third of a proxy's CPU time per read over a serial
-// line. A read_* call that the HTTP transport's fast path would answer
-// (fastread.go: no _meta, a tool the caller sees, mcp-go's own handler and
-// encoding) is answered by it here too, without HandleMessage, whose five
-// decodes of the message were a seventh of the proxy's CPU per read;
-// notifications/cancelled ends such a call as mcp-go ends its own.
+// line. A read_* or can_do call that the HTTP transport's fast path would
+// answer (fastread.go: no _meta, a tool the caller sees, mcp-go's own
+// handler and encoding) is answered by it here too, without HandleMessage,
+// whose five decodes of the message were a seventh of the proxy's CPU per
+// read; notifications/cancelled ends such a call as mcp-go ends its own.
 // physmcpd sends its clients no requests (sampling, elicitation as a
 // request, roots), so answers from the client are dropped, as
 // HandleMessage drops them.
