@@ -22,7 +22,7 @@ import (
 // fsync'd) on a simulated device with 16 setpoints, one caller each (writes
 // to one register take turns, so callers on one register cannot share
 // commits), and with one caller. It reports the store's commits per call;
-// each is two fdatasyncs.
+// each is one fdatasync of its log.
 func BenchmarkDurableDo(b *testing.B) {
 	for _, callers := range []int{1, 16} {
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) { benchmarkDurableDo(b, callers) })

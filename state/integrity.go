@@ -2,6 +2,7 @@ package state
 
 import (
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -24,11 +25,7 @@ import (
 // way would let a do_* idempotency key act twice and skip cooldowns.
 const IDFileName = "state.id"
 
-var (
-	bucketMeta = []byte("meta")     // store_id → the id also kept in state.id
-	keyStoreID = []byte("store_id") // in bucketMeta
-	idPattern  = regexp.MustCompile(`^[0-9a-f]{32}$`)
-)
+var idPattern = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 // BrokenError is a store physmcpd refuses to open because it cannot show
 // that the store still holds every idempotency key and cooldown it recorded.
@@ -49,10 +46,10 @@ func (e *BrokenError) Error() string {
 }
 
 // paths are the store's files in one state directory.
-type paths struct{ dir, db, id string }
+type paths struct{ dir, db, id, log string }
 
 func pathsIn(dir string) paths {
-	return paths{dir: dir, db: filepath.Join(dir, FileName), id: filepath.Join(dir, IDFileName)}
+	return paths{dir: dir, db: filepath.Join(dir, FileName), id: filepath.Join(dir, IDFileName), log: filepath.Join(dir, logFileName)}
 }
 
 func (p paths) broken(file, format string, a ...any) error {
@@ -64,12 +61,16 @@ type inspection struct {
 	db       *bolt.DB // open and verified; nil when the directory has no state.db yet
 	recorded string   // the id in state.id; "" when there is no state.id
 	stored   string   // the id inside state.db; "" when it has none (a store from before state.id)
+	format   string   // of state.db: "1" or format
+	hasLog   bool     // state.db records that state.log is in use
+	applied  int64    // and that it is applied up to this LSN
 }
 
 // inspect opens the store in p and verifies it: state.id against state.db,
-// every page of state.db, and bbolt's consistency check. It returns a
-// *BrokenError for anything that means recorded keys may be lost. readOnly
-// opens state.db with a shared lock and changes nothing.
+// every page of state.db, bbolt's consistency check, and the header of
+// state.log against state.db. It returns a *BrokenError for anything that
+// means recorded keys may be lost. readOnly opens state.db with a shared
+// lock and changes nothing.
 func inspect(p paths, readOnly bool) (inspection, error) {
 	var in inspection
 	recorded, err := p.readID()
@@ -95,8 +96,14 @@ func inspect(p paths, readOnly bool) (inspection, error) {
 	}
 	in.db = db
 	if err := db.View(func(tx *bolt.Tx) error {
+		in.stored, in.format = storeID(tx), "1"
 		if b := tx.Bucket(bucketMeta); b != nil {
-			in.stored = string(b.Get(keyStoreID))
+			if f := b.Get(keyFormat); f != nil {
+				in.format = string(f)
+			}
+			if a := b.Get(keyLogApplied); len(a) == 8 {
+				in.hasLog, in.applied = true, int64(binary.BigEndian.Uint64(a))
+			}
 		}
 		return nil
 	}); err != nil {
@@ -104,7 +111,14 @@ func inspect(p paths, readOnly bool) (inspection, error) {
 		return in, fmt.Errorf("state store %s: read the store id: %w", p.db, err)
 	}
 	switch {
+	case in.format != "1" && in.format != format:
+		db.Close()
+		return in, fmt.Errorf("state store %s is of format %s, which this physmcpd does not know: it was written by a newer physmcpd; run that one", p.db, in.format)
 	case recorded == "" || in.stored == recorded:
+		if err := p.checkLog(in); err != nil {
+			db.Close()
+			return in, err
+		}
 		return in, nil
 	case in.stored == "":
 		db.Close()
@@ -113,6 +127,30 @@ func inspect(p paths, readOnly bool) (inspection, error) {
 		db.Close()
 		return in, p.broken(p.db, "is store %s, but %s records store %s: the database was replaced by another store's", in.stored, p.id, recorded)
 	}
+}
+
+// checkLog checks that a store whose state.db records a log has it: its
+// records since the last checkpoint are there and nowhere else.
+func (p paths) checkLog(in inspection) error {
+	if !in.hasLog {
+		return nil // a store not yet opened by a physmcpd that keeps a log
+	}
+	f, err := os.Open(p.log)
+	if errors.Is(err, fs.ErrNotExist) {
+		return p.broken(p.log, "is missing, but %s records that changes were written to it: the records of the last moments before physmcpd stopped may be gone", p.db)
+	}
+	if err != nil {
+		return fmt.Errorf("state log %s: %w", p.log, err)
+	}
+	defer f.Close()
+	h, err := readLogHeader(f)
+	if err != nil {
+		return p.broken(p.log, "%v", err)
+	}
+	if h.storeID != in.stored {
+		return p.broken(p.log, "is the log of store %s, but %s is store %s: it was replaced by another store's", h.storeID, p.db, in.stored)
+	}
+	return nil
 }
 
 // openVerified opens the database and reads every page of it before anything
@@ -295,16 +333,6 @@ func (p paths) create(seed func(tx *bolt.Tx) error) (id string, err error) {
 	return id, p.writeID(id)
 }
 
-// initBuckets creates the buckets a store needs (an older store lacks meta).
-func initBuckets(tx *bolt.Tx) error {
-	for _, b := range [][]byte{bucketKeys, bucketByTime, bucketWrites, bucketMeta, bucketOps} {
-		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // adopt gives a store without an id file one: the id inside state.db, or a
 // new one for a store from before state.id existed.
 func (p paths) adopt(in inspection, log *slog.Logger) error {
@@ -312,10 +340,16 @@ func (p paths) adopt(in inspection, log *slog.Logger) error {
 	if id == "" {
 		id = newID()
 		if err := in.db.Update(func(tx *bolt.Tx) error {
-			if err := initBuckets(tx); err != nil {
+			meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+			if err != nil {
 				return err
 			}
-			return tx.Bucket(bucketMeta).Put(keyStoreID, []byte(id))
+			// where this store's format keeps it (upgrade moves it)
+			key := legacyStoreID
+			if in.format == format {
+				key = keyStoreID
+			}
+			return meta.Put(key, []byte(id))
 		}); err != nil {
 			return fmt.Errorf("state store %s: record its id: %w", p.db, err)
 		}

@@ -21,7 +21,7 @@ import (
 
 var t0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 
-// record is a realistic do_* outcome (about 400 bytes of JSON).
+// record is a realistic do_* outcome (about 400 bytes of JSON, 190 encoded).
 func record(i int) engine.Record {
 	hint := fmt.Sprintf("do_fan_speed value=%d", i%100)
 	return engine.Record{Fingerprint: fmt.Sprintf("fp-%06d-%s", i, strings.Repeat("f", 48)), Tool: "do_fan_speed", At: t0, Seq: uint64(i), SentAt: t0,
@@ -41,8 +41,12 @@ func fill(t testing.TB, dir string, n int) {
 	defer s.Close()
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		for i := range n {
-			v, _ := json.Marshal(record(i))
-			if err := put(tx, fmt.Sprintf("key-%06d", i), v, t0); err != nil {
+			key := fmt.Sprintf("key-%06d", i)
+			v, err := encodeRecord(key, record(i))
+			if err != nil {
+				return err
+			}
+			if err := put(tx, key, v, t0); err != nil {
 				return err
 			}
 		}
@@ -123,8 +127,8 @@ func TestNewStoreRecordsItsID(t *testing.T) {
 		t.Fatalf("Check = %+v, %v; want store %s", rep, err, id)
 	}
 	entries, _ := os.ReadDir(dir)
-	if len(entries) != 2 {
-		t.Fatalf("the directory holds %v; want state.db and state.id only (no temporary files)", entries)
+	if len(entries) != 3 {
+		t.Fatalf("the directory holds %v; want state.db, state.id and state.log only (no temporary files)", entries)
 	}
 }
 
@@ -147,7 +151,7 @@ func TestStoreLostIsRefused(t *testing.T) {
 		{"replaced by a store without an id", "has no store id", func(db string) {
 			os.Remove(db)
 			legacy, _ := bolt.Open(db, 0o600, nil)
-			legacy.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket(bucketKeys); return err })
+			legacy.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket(legacyKeys); return err })
 			legacy.Close()
 		}},
 	} {
@@ -297,10 +301,10 @@ func TestMissingIDIsRestored(t *testing.T) {
 	// a store made before state.id existed is given an id
 	legacy := t.TempDir()
 	db, _ := bolt.Open(filepath.Join(legacy, FileName), 0o600, nil)
-	db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket(bucketKeys); return err })
+	db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket(legacyKeys); return err })
 	db.Close()
-	if rep, err := Check(legacy); err != nil || len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "no id yet") {
-		t.Fatalf("Check = %+v, %v; want a note that the store has no id", rep, err)
+	if rep, err := Check(legacy); err != nil || len(rep.Notes) != 2 || !strings.Contains(rep.Notes[0], "no id yet") || !strings.Contains(rep.Notes[1], "format 1") {
+		t.Fatalf("Check = %+v, %v; want notes that the store has no id and is of format 1", rep, err)
 	}
 	if s, err = openAt(legacy); err != nil {
 		t.Fatal(err)

@@ -15,10 +15,10 @@ var bucketOps = []byte("operations") // id → record (JSON)
 // SaveOperation stores r under its id and returns once it is on disk.
 func (s *Store) SaveOperation(r engine.OperationRecord) error {
 	v, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("encode operation %s: %w", r.ID, err)
+	if err == nil {
+		err = s.w.append(op{kind: opSaveOperation, key: r.ID, value: v})
 	}
-	if err := s.commit(func(tx *bolt.Tx) error { return tx.Bucket(bucketOps).Put([]byte(r.ID), v) }); err != nil {
+	if err != nil {
 		return fmt.Errorf("save operation %s: %w", r.ID, err)
 	}
 	return nil
@@ -27,7 +27,7 @@ func (s *Store) SaveOperation(r engine.OperationRecord) error {
 // LoadOperations returns every stored operation.
 func (s *Store) LoadOperations() ([]engine.OperationRecord, error) {
 	var out []engine.OperationRecord
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketOps).ForEach(func(k, v []byte) error {
 			var r engine.OperationRecord
 			if err := json.Unmarshal(v, &r); err != nil {
@@ -40,18 +40,14 @@ func (s *Store) LoadOperations() ([]engine.OperationRecord, error) {
 	return out, err
 }
 
-// DeleteOperations forgets the operations with ids.
+// DeleteOperations forgets the operations with ids, all at once.
 func (s *Store) DeleteOperations(ids ...string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	return s.commit(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketOps)
-		for _, id := range ids {
-			if err := b.Delete([]byte(id)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	ops := make([]op, len(ids))
+	for i, id := range ids {
+		ops[i] = op{kind: opDeleteOperation, key: id}
+	}
+	return s.w.append(ops...)
 }

@@ -23,7 +23,8 @@ func TestRecordsListsEveryRecordAndSkipsUnreadable(t *testing.T) {
 	}
 	must(s.Save("a", engine.Record{Tool: "do_x", At: c.t, InDoubt: true}))
 	must(s.Save("b", engine.Record{Tool: "do_y", At: c.t}))
-	must(s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketKeys).Put([]byte("bad"), []byte("{")) }))
+	must(second(s.checkpoint()))
+	must(s.db.Update(func(tx *bolt.Tx) error { return put(tx, "bad", []byte("{"), c.t) }))
 	must(s.Save("c", engine.Record{Tool: "do_z", At: c.t}))
 
 	var keys []string

@@ -2,9 +2,11 @@ package state
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
@@ -53,8 +55,10 @@ func Check(dir string) (Report, error) {
 	r := Report{File: p.db, StoreID: in.stored, Took: time.Since(start)}
 	err = in.db.View(func(tx *bolt.Tx) error {
 		r.Bytes = tx.Size()
-		if b := tx.Bucket(bucketKeys); b != nil {
-			r.Records = b.Stats().KeyN
+		for _, name := range [][]byte{bucketIndex, legacyKeys} {
+			if b := tx.Bucket(name); b != nil {
+				r.Records += b.Stats().KeyN
+			}
 		}
 		if b := tx.Bucket(bucketWrites); b != nil {
 			r.Histories = b.Stats().KeyN
@@ -67,7 +71,43 @@ func Check(dir string) (Report, error) {
 	case in.recorded == "":
 		r.Notes = append(r.Notes, IDFileName+" is missing: serve writes it again from the id inside "+FileName)
 	}
+	if in.format != format {
+		r.Notes = append(r.Notes, fmt.Sprintf("the store is of format %s (an older physmcpd's): serve converts it to format %s", in.format, format))
+	}
+	if in.hasLog {
+		if ops, lerr := unappliedOps(p.log, in.applied); lerr != nil {
+			err = errors.Join(err, lerr)
+		} else if len(ops) > 0 {
+			r.Notes = append(r.Notes, fmt.Sprintf("%d changes in %s are not in %s yet: serve applies them when it starts", len(ops), logFileName, FileName))
+		}
+	}
 	return r, err
+}
+
+// unappliedOps reads the ops of the log at path from LSN applied on.
+func unappliedOps(path string, applied int64) ([]op, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("state log: %w", err)
+	}
+	defer f.Close()
+	h, err := readLogHeader(f)
+	if err != nil {
+		return nil, fmt.Errorf("state log %s %w", path, err)
+	}
+	entries, _, err := readLog(f, h.ring, applied)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	var ops []op
+	for _, e := range entries {
+		o, err := decodeOps(e)
+		if err != nil {
+			return ops, fmt.Errorf("%s: an entry cannot be decoded: %w", path, err)
+		}
+		ops = append(ops, o...)
+	}
+	return ops, nil
 }
 
 // ResetReport is what Reset did.
@@ -80,11 +120,12 @@ type ResetReport struct {
 }
 
 // Reset replaces a store that Check (and so serve) refuses: it renames
-// state.db to state.db.broken-<UTC time>, copies every idempotency record
-// and write history it can still read from it into a new store with a new
-// id, and writes state.id. Whatever it could not read is forgotten. It
-// refuses a sound store (ErrIntact), a directory without one (ErrNoStore) and
-// a store a running physmcpd holds.
+// state.db to state.db.broken-<UTC time> (and state.log to
+// state.log.broken-<UTC time>), copies every idempotency record and write
+// history it can still read from them into a new store with a new id, and
+// writes state.id. Whatever it could not read is forgotten. It refuses a
+// sound store (ErrIntact), a directory without one (ErrNoStore) and a store
+// a running physmcpd holds.
 func Reset(dir string, now time.Time) (ResetReport, error) {
 	var rep ResetReport
 	p := pathsIn(dir)
@@ -100,18 +141,20 @@ func Reset(dir string, now time.Time) (ResetReport, error) {
 		return rep, err
 	}
 	kept := salvaged{lost: fmt.Errorf("%s is missing", p.db)}
+	suffix := ".broken-" + now.UTC().Format("20060102T150405Z")
 	if info, err := os.Stat(p.db); err == nil {
 		kept.lost = fmt.Errorf("%s is empty", p.db)
 		if info.Size() > 0 {
-			kept = salvage(p.db)
+			kept = salvage(p)
 		}
-		rep.MovedTo = p.db + ".broken-" + now.UTC().Format("20060102T150405Z")
-		// link, then remove: unlike a rename, never replaces an earlier broken store
-		if err := os.Link(p.db, rep.MovedTo); err != nil {
-			return rep, fmt.Errorf("move %s aside: %w", p.db, err)
+		rep.MovedTo = p.db + suffix
+		if err := moveAside(p.db, rep.MovedTo); err != nil {
+			return rep, err
 		}
-		if err := os.Remove(p.db); err != nil {
-			return rep, fmt.Errorf("move %s aside: %w", p.db, err)
+	}
+	if _, err := os.Stat(p.log); err == nil {
+		if err := moveAside(p.log, p.log+suffix); err != nil {
+			return rep, err
 		}
 	}
 	if err := syncDir(dir); err != nil {
@@ -132,26 +175,64 @@ func Reset(dir string, now time.Time) (ResetReport, error) {
 	return rep, err
 }
 
+// moveAside renames path to to: a link, then a removal, so that unlike a
+// rename it never replaces an earlier broken store.
+func moveAside(path, to string) error {
+	if err := os.Link(path, to); err != nil {
+		return fmt.Errorf("move %s aside: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("move %s aside: %w", path, err)
+	}
+	return nil
+}
+
 // salvaged is what could be read from a broken store.
 type salvaged struct {
 	keys, writes        map[string][]byte
+	logged              []op // from state.log, not yet in state.db
 	lost                error
 	unreadableHistories int // set by copyInto
 }
 
-// salvage reads what bbolt still can from the database at path.
-func salvage(path string) salvaged {
+// salvage reads what bbolt still can from state.db, and what state.log holds
+// beyond it when state.db still says where that begins.
+func salvage(p paths) salvaged {
 	s := salvaged{keys: map[string][]byte{}, writes: map[string][]byte{}}
 	var db *bolt.DB
 	s.lost = guard(func() (err error) {
-		db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: lockWaitLimit, ReadOnly: true})
+		db, err = bolt.Open(p.db, 0o600, &bolt.Options{Timeout: lockWaitLimit, ReadOnly: true})
 		return err
 	})
 	if s.lost != nil {
 		return s
 	}
 	defer closeGuarded(db)
-	s.lost = errors.Join(salvageBucket(db, bucketKeys, s.keys), salvageBucket(db, bucketWrites, s.writes))
+	records := map[string][]byte{}
+	s.lost = errors.Join(salvageBucket(db, legacyKeys, s.keys), salvageBucket(db, bucketRecords, records),
+		salvageBucket(db, bucketWrites, s.writes))
+	for k, v := range records {
+		if len(k) > 8 {
+			s.keys[k[8:]] = v
+		}
+	}
+	var applied []byte
+	if err := guard(func() error {
+		return db.View(func(tx *bolt.Tx) error {
+			if meta := tx.Bucket(bucketMeta); meta != nil {
+				applied = bytes.Clone(meta.Get(keyLogApplied))
+			}
+			return nil
+		})
+	}); err != nil || len(applied) != 8 {
+		if _, serr := os.Stat(p.log); serr == nil {
+			s.lost = errors.Join(s.lost, fmt.Errorf("%s cannot say where %s begins, so the log's changes are not copied", p.db, p.log))
+		}
+		return s
+	}
+	ops, err := unappliedOps(p.log, int64(binary.BigEndian.Uint64(applied)))
+	s.logged = ops
+	s.lost = errors.Join(s.lost, err)
 	return s
 }
 
@@ -188,15 +269,20 @@ func salvageBucket(db *bolt.DB, name []byte, out map[string][]byte) error {
 }
 
 // copyInto writes the salvaged records into a new store's transaction and
-// counts them. Expired records are left behind. A record that cannot be
-// decoded is kept, dated now: Load reports such a key as in doubt, so it is
-// refused for a full retention period rather than forgotten. A history that
-// cannot be decoded is dropped, because it would stop LoadWrites, and serve.
+// counts them; then the changes from the log, newer than those. Expired
+// records are left behind. A record that cannot be decoded is kept, dated
+// now: Load reports such a key as in doubt, so it is refused for a full
+// retention period rather than forgotten. A history that cannot be decoded
+// is dropped, because it would stop LoadWrites, and serve.
 func (s *salvaged) copyInto(tx *bolt.Tx, now time.Time) (records, histories int, err error) {
+	for _, o := range s.logged {
+		if o.kind == opRecord {
+			s.keys[o.key] = o.value
+		}
+	}
 	for k, v := range s.keys {
 		at := now
-		var rec engine.Record
-		if json.Unmarshal(v, &rec) == nil {
+		if rec, err := decodeRecord(k, v); err == nil {
 			at = rec.At
 		}
 		if now.Sub(at) > engine.KeyRetention {
@@ -217,6 +303,17 @@ func (s *salvaged) copyInto(tx *bolt.Tx, now time.Time) (records, histories int,
 			return 0, 0, err
 		}
 		histories++
+	}
+	for _, o := range s.logged {
+		if o.kind == opRecord {
+			continue // copied above
+		}
+		if o.kind == opCharge && writes.Get([]byte(o.key)) == nil {
+			histories++
+		}
+		if err := apply(tx, slog.Default(), o); err != nil {
+			return 0, 0, err
+		}
 	}
 	return records, histories, nil
 }

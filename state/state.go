@@ -4,27 +4,27 @@
 // cooldowns and rate limits, and the last value written to each actuator
 // (engine.LimitStore). The Lite profile opens no Store and writes nothing.
 //
-// It is one go.etcd.io/bbolt file, <state-dir>/state.db, chosen over an
-// fsync'd append-only log because every method here is a read-modify-write by
-// key (a record replaces its intent; a point's history is trimmed as it
-// grows): bbolt gives atomic, fsync'd transactions with copy-on-write pages,
-// so a crash at any instant leaves either the old or the new value, never a
-// torn one, and deleted records' pages are reused, so pruning keeps the file
-// bounded without a compaction pass that a log would need (rewrite, fsync,
-// rename, with its own crash windows). It is pure Go (no cgo), so the arm
-// cross-builds keep working, and its file lock stops a second daemon from
-// sharing the state by mistake.
+// It is one go.etcd.io/bbolt file, <state-dir>/state.db, with a write-ahead
+// log beside it, state.log (log.go). bbolt keeps the records by key with
+// atomic, copy-on-write transactions, so a crash at any instant leaves either
+// the old or the new state, never a torn one, and deleted records' pages are
+// reused, so pruning keeps the file bounded without a compaction pass. It is
+// pure Go (no cgo), so the arm cross-builds keep working, and its file lock
+// stops a second daemon from sharing the state by mistake. The log makes
+// each change durable with one write and one fdatasync, shared by everyone
+// waiting, where a bbolt commit costs two fdatasyncs and a write per page;
+// the changes reach state.db in batches in the background.
 //
-// Every Save and RecordWrite returns only after its transaction is committed
-// and fsync'd: the engine writes to the device only after the intent is durable.
+// Every Save and RecordWrite returns only after its change is in the log and
+// fsync'd: the engine writes to the device only after the intent is durable.
 //
 // A store that lost records must not be mistaken for a new one: the engine
 // would then act twice on a repeated idempotency key and ignore cooldowns.
-// So Open reads every page and runs bbolt's consistency check before use,
-// and a random store id, kept both inside state.db and in state.id beside it,
-// tells a new directory from one whose state.db was truncated, deleted or
-// replaced (integrity.go). Check and Reset are the operator's way out
-// (recover.go).
+// So Open reads every page and runs bbolt's consistency check before use, a
+// random store id, kept inside state.db, in state.id beside it and in the
+// log's header, tells a new directory from one whose state.db or state.log
+// was truncated, deleted or replaced (integrity.go). Check and Reset are the
+// operator's way out (recover.go).
 package state
 
 import (
@@ -33,7 +33,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -44,28 +44,28 @@ import (
 // FileName is the database file inside the state directory.
 const FileName = "state.db"
 
-var (
-	bucketKeys    = []byte("idempotency")    // key → record (JSON)
-	bucketByTime  = []byte("idempotency_at") // at (big-endian ns) + key → nothing, for pruning
-	bucketWrites  = []byte("writes")         // tool → history (JSON)
-	pruneEvery    = 1024                     // saves between prunes
-	lockWaitLimit = 2 * time.Second
-)
+var lockWaitLimit = 2 * time.Second
 
 // Store is the bbolt-backed store. It is safe for concurrent use.
 type Store struct {
-	db    *bolt.DB
-	now   func() time.Time
-	log   *slog.Logger
-	saves int // guarded by bbolt's single writer
-	group committer
+	db  *bolt.DB
+	now func() time.Time
+	log *slog.Logger
+	w   *logWriter
+
+	applying  sync.Mutex // one checkpoint at a time
+	stop      chan struct{}
+	stopped   chan struct{} // the checkpointer has returned
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Open opens the store in dir, creating dir (0700) and a new store when the
-// directory has none, verifies it (see inspect), and prunes records older
-// than engine.KeyRetention. A store that may have lost records is refused
-// with a *BrokenError and never replaced by an empty one. now is the clock
-// (nil: time.Now).
+// directory has none, verifies it (see inspect), converts a store of an
+// older format, applies what its log holds, and prunes records older than
+// engine.KeyRetention. A store that may have lost records is refused with a
+// *BrokenError and never replaced by an empty one. now is the clock (nil:
+// time.Now).
 func Open(dir string, now func() time.Time, log *slog.Logger) (*Store, error) {
 	if now == nil {
 		now = time.Now
@@ -92,19 +92,33 @@ func Open(dir string, now func() time.Time, log *slog.Logger) (*Store, error) {
 		}
 	}
 	db := in.db
+	fail := func(err error) (*Store, error) {
+		db.Close()
+		return nil, err
+	}
 	if in.recorded == "" {
 		if err := p.adopt(in, log); err != nil {
-			db.Close()
-			return nil, err
+			return fail(err)
 		}
 	}
-	if err := db.Update(initBuckets); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("initialise %s: %w", p.db, err)
+	var moved int
+	if err := db.Update(func(tx *bolt.Tx) (err error) {
+		moved, err = upgrade(tx, now())
+		return err
+	}); err != nil {
+		return fail(fmt.Errorf("convert %s to format %s: %w", p.db, format, err))
 	}
-	s := &Store{db: db, now: now, log: log}
+	if in.format != format {
+		log.Info("state store converted to format "+format, "file", p.db, "records", moved)
+	}
+	s := &Store{db: db, now: now, log: log, stop: make(chan struct{}), stopped: make(chan struct{})}
+	if s.w, err = s.openLog(p, in); err != nil {
+		return fail(err)
+	}
+	go s.run()
+	go s.applyInBackground()
 	if n, err := s.Prune(); err != nil {
-		db.Close()
+		s.Close()
 		return nil, err
 	} else if n > 0 {
 		log.Info("expired idempotency records pruned", "count", n)
@@ -112,106 +126,259 @@ func Open(dir string, now func() time.Time, log *slog.Logger) (*Store, error) {
 	return s, nil
 }
 
-// Close closes the database file.
-func (s *Store) Close() error { return s.db.Close() }
+// openLog opens state.log (creating it for a store that has none yet),
+// applies whatever it holds that state.db lacks, and returns its writer, set
+// to write from the next lap of the ring.
+func (s *Store) openLog(p paths, in inspection) (*logWriter, error) {
+	if !in.hasLog {
+		id, err := s.id()
+		if err != nil {
+			return nil, err
+		}
+		if err := createLog(p.dir, p.log, id); err != nil {
+			return nil, err
+		}
+		in.applied = logRing
+		// the log is in use from here on: a state.log lost after this is noticed
+		if err := s.db.Update(func(tx *bolt.Tx) error { return setApplied(tx, in.applied) }); err != nil {
+			return nil, fmt.Errorf("state store %s: %w", p.db, err)
+		}
+	}
+	f, err := os.OpenFile(p.log, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("state log: %w", err)
+	}
+	h, err := readLogHeader(f)
+	if err != nil {
+		f.Close()
+		return nil, p.broken(p.log, "%v", err) // inspect checked it; it changed since
+	}
+	entries, end, err := readLog(f, h.ring, in.applied)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("read %s: %w", p.log, err)
+	}
+	next := nextLap(end, h.ring)
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		for _, e := range entries {
+			ops, err := decodeOps(e)
+			if err != nil {
+				return fmt.Errorf("an entry of %s that reads back whole cannot be decoded: %w", p.log, err)
+			}
+			for _, o := range ops {
+				if err := apply(tx, s.log, o); err != nil {
+					return err
+				}
+			}
+		}
+		return setApplied(tx, next)
+	})
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("apply %s to %s: %w", p.log, p.db, err)
+	}
+	if len(entries) > 0 {
+		s.log.Info("changes recovered from the state log", "file", p.log, "entries", len(entries))
+	}
+	w := &logWriter{f: f, ring: h.ring, reserved: next, next: next, applied: next, records: map[string]pendingOp{},
+		kick: make(chan struct{}, 1), done: make(chan struct{})}
+	for i := range w.syncs {
+		if w.syncs[i], err = os.OpenFile(p.log, os.O_RDWR, 0); err != nil {
+			w.closeFiles()
+			return nil, fmt.Errorf("state log: %w", err)
+		}
+	}
+	w.wake = sync.NewCond(&w.mu)
+	return w, nil
+}
+
+func (s *Store) id() (id string, err error) {
+	err = s.db.View(func(tx *bolt.Tx) error { id = storeID(tx); return nil })
+	return id, err
+}
+
+func setApplied(tx *bolt.Tx, lsn int64) error {
+	return tx.Bucket(bucketMeta).Put(keyLogApplied, binary.BigEndian.AppendUint64(nil, uint64(lsn)))
+}
+
+func (s *Store) run() { s.w.run() }
+
+// applyInBackground makes checkpoints when the log asks for one. One that
+// fails is tried again a second later; meanwhile the log fills, and once it
+// is full Save and RecordWrite fail with the reason.
+func (s *Store) applyInBackground() {
+	defer close(s.stopped)
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.w.kick:
+		}
+		if _, err := s.checkpoint(); err != nil {
+			s.log.Error("state log not applied to state.db; retrying", "err", err)
+			select {
+			case <-s.stop:
+				return
+			case <-time.After(time.Second):
+				s.w.kickCheckpoint()
+			}
+		}
+	}
+}
+
+// checkpoint applies every pending change to state.db in one transaction,
+// pruning expired records in the same one (it says how many), and frees
+// their room in the log.
+func (s *Store) checkpoint() (pruned int, err error) {
+	s.applying.Lock()
+	defer s.applying.Unlock()
+	ops, upto := s.w.unapplied()
+	if len(ops) == 0 && upto == s.w.appliedLSN() {
+		return 0, nil
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		for _, p := range ops {
+			if err := apply(tx, s.log, p.op); err != nil {
+				return err
+			}
+		}
+		if pruned, err = prune(tx, s.now().Add(-engine.KeyRetention)); err != nil {
+			return err
+		}
+		return setApplied(tx, upto)
+	})
+	if err != nil {
+		err = fmt.Errorf("apply the state log to %s: %w", FileName, err)
+		s.w.applyFailed(err)
+		return 0, err
+	}
+	s.w.appliedTo(len(ops), upto)
+	return pruned, nil
+}
+
+// Close applies the log to state.db and closes both files.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.w.close()
+		close(s.stop)
+		<-s.stopped
+		_, err := s.checkpoint()
+		if cerr := s.w.closeFiles(); err == nil {
+			err = cerr
+		}
+		if cerr := s.db.Close(); err == nil {
+			err = cerr
+		}
+		s.closeErr = err
+	})
+	return s.closeErr
+}
+
+// Commits is how many durable writes (each one fdatasync of the log) the
+// store has made, for measuring what group commit saves.
+func (s *Store) Commits() int64 {
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	return s.w.writes
+}
 
 // Load returns the record for key if it is younger than engine.KeyRetention.
 // A record that cannot be decoded is reported as in doubt with no fingerprint,
 // so the engine refuses the key instead of acting as if it were new.
 func (s *Store) Load(key string) (engine.Record, bool) {
-	var rec engine.Record
-	found := false
-	err := s.db.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketKeys).Get([]byte(key))
-		if v == nil {
+	v, found := s.w.record(key)
+	if !found {
+		err := s.db.View(func(tx *bolt.Tx) error {
+			if b := get(tx, key); b != nil {
+				v, found = append([]byte(nil), b...), true
+			}
 			return nil
+		})
+		if err != nil {
+			s.log.Error("state store unreadable; the key is refused", "key", key, "err", err)
+			return engine.Record{InDoubt: true, At: s.now()}, true
 		}
-		found = true
-		return json.Unmarshal(v, &rec)
-	})
+	}
+	if !found {
+		return engine.Record{}, false
+	}
+	rec, err := decodeRecord(key, v)
 	if err != nil {
 		s.log.Error("idempotency record unreadable; the key is refused", "key", key, "err", err)
 		return engine.Record{InDoubt: true, At: s.now()}, true
 	}
-	if !found || s.now().Sub(rec.At) > engine.KeyRetention {
+	if s.now().Sub(rec.At) > engine.KeyRetention {
 		return engine.Record{}, false
 	}
 	return rec, true
 }
 
-// Save stores r under key and returns once it is on disk. Every pruneEvery
-// saves it also drops expired records, in the same transaction.
-func (s *Store) Save(key string, r engine.Record) error {
-	v, err := json.Marshal(r)
+// recordOp is the op that stores r under key.
+func recordOp(key string, r engine.Record) (op, error) {
+	v, err := encodeRecord(key, r)
 	if err != nil {
-		return fmt.Errorf("encode the record: %w", err)
+		return op{}, fmt.Errorf("encode the record: %w", err)
 	}
-	if err := s.commit(func(tx *bolt.Tx) error { return s.save(tx, key, v, r.At) }); err != nil {
+	return op{kind: opRecord, key: key, at: r.At, value: v}, nil
+}
+
+// Save stores r under key and returns once it is on disk.
+func (s *Store) Save(key string, r engine.Record) error {
+	o, err := recordOp(key, r)
+	if err == nil {
+		err = s.w.append(o)
+	}
+	if err != nil {
 		return fmt.Errorf("save idempotency record: %w", err)
 	}
 	return nil
 }
 
-// SaveCharged is Save and RecordWrite in one commit (engine.OutcomeStore).
+// SaveCharged is Save and RecordWrite in one change (engine.OutcomeStore).
 func (s *Store) SaveCharged(key string, r engine.Record, tool string, w engine.Write, keep time.Duration) error {
-	v, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("encode the record: %w", err)
+	o, err := recordOp(key, r)
+	if err == nil {
+		err = s.w.append(o, op{kind: opCharge, key: tool, write: w, keep: keep})
 	}
-	err = s.commit(func(tx *bolt.Tx) error {
-		if err := s.save(tx, key, v, r.At); err != nil {
-			return err
-		}
-		return recordWrite(tx, tool, w, keep)
-	})
 	if err != nil {
 		return fmt.Errorf("save idempotency record and the write to %s: %w", tool, err)
 	}
 	return nil
 }
 
-// save puts the encoded record v and, every pruneEvery saves, prunes.
-func (s *Store) save(tx *bolt.Tx, key string, v []byte, at time.Time) error {
-	if err := put(tx, key, v, at); err != nil {
-		return err
-	}
-	if s.saves++; s.saves%pruneEvery == 0 {
-		_, err := prune(tx, s.now().Add(-engine.KeyRetention))
-		return err
+// RecordWrite adds w to tool's history and returns once it is on disk
+// (engine.LimitStore). Writes older than keep before w.At are dropped; the
+// latest is always kept.
+func (s *Store) RecordWrite(tool string, w engine.Write, keep time.Duration) error {
+	if err := s.w.append(op{kind: opCharge, key: tool, write: w, keep: keep}); err != nil {
+		return fmt.Errorf("record the write to %s: %w", tool, err)
 	}
 	return nil
 }
 
-// put stores the encoded record v, dated at, under key, and moves the key
-// in the time index.
-func put(tx *bolt.Tx, key string, v []byte, at time.Time) error {
-	keys, byTime := tx.Bucket(bucketKeys), tx.Bucket(bucketByTime)
-	if old := keys.Get([]byte(key)); old != nil {
-		var prev engine.Record
-		if json.Unmarshal(old, &prev) == nil {
-			if err := byTime.Delete(timeKey(prev.At, key)); err != nil {
-				return err
-			}
-		}
-	}
-	if err := keys.Put([]byte(key), v); err != nil {
+// view applies the log first, so that what state.db holds is everything.
+// The methods that read whole tables are for start-up, when there is
+// nothing to apply, or tools.
+func (s *Store) view(fn func(tx *bolt.Tx) error) error {
+	if _, err := s.checkpoint(); err != nil {
 		return err
 	}
-	return byTime.Put(timeKey(at, key), nil)
+	return s.db.View(fn)
 }
 
 // InDoubt lists the records whose write outcome is unknown (engine.InDoubtLister).
 func (s *Store) InDoubt() (map[string]engine.Record, error) {
 	out := map[string]engine.Record{}
 	cutoff := s.now().Add(-engine.KeyRetention)
-	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketKeys).ForEach(func(k, v []byte) error {
-			var rec engine.Record
-			if err := json.Unmarshal(v, &rec); err != nil {
-				return fmt.Errorf("record %q: %w", k, err)
+	err := s.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketRecords).ForEach(func(k, v []byte) error {
+			key := string(k[8:])
+			rec, err := decodeRecord(key, v)
+			if err != nil {
+				return fmt.Errorf("record %q: %w", key, err)
 			}
 			if rec.InDoubt && rec.At.After(cutoff) {
-				out[string(k)] = rec
+				out[key] = rec
 			}
 			return nil
 		})
@@ -220,8 +387,12 @@ func (s *Store) InDoubt() (map[string]engine.Record, error) {
 }
 
 // Prune drops idempotency records older than engine.KeyRetention and reports
-// how many; their pages are reused by later records.
+// how many; their pages are reused by later records. Checkpoints prune too.
 func (s *Store) Prune() (n int, err error) {
+	applied, err := s.checkpoint()
+	if err != nil {
+		return 0, err
+	}
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		n, err = prune(tx, s.now().Add(-engine.KeyRetention))
 		return err
@@ -229,47 +400,13 @@ func (s *Store) Prune() (n int, err error) {
 	if err != nil {
 		return 0, fmt.Errorf("prune idempotency records: %w", err)
 	}
-	return n, nil
-}
-
-func prune(tx *bolt.Tx, cutoff time.Time) (int, error) {
-	keys, byTime := tx.Bucket(bucketKeys), tx.Bucket(bucketByTime)
-	var expired [][]byte
-	c := byTime.Cursor()
-	for k, _ := c.First(); k != nil && int64(binary.BigEndian.Uint64(k[:8])) < cutoff.UnixNano(); k, _ = c.Next() {
-		expired = append(expired, append([]byte(nil), k...))
-	}
-	for _, k := range expired {
-		if err := byTime.Delete(k); err != nil {
-			return 0, err
-		}
-		if err := keys.Delete(k[8:]); err != nil {
-			return 0, err
-		}
-	}
-	return len(expired), nil
-}
-
-// timeKey orders the time index by age; times before 1970 sort first.
-func timeKey(at time.Time, key string) []byte {
-	b := make([]byte, 8, 8+len(key))
-	binary.BigEndian.PutUint64(b, uint64(max(at.UnixNano(), 0)))
-	return append(b, key...)
-}
-
-// history is a point's write history as stored.
-type history struct {
-	Writes    []time.Time `json:"writes"`
-	Last      time.Time   `json:"last"`
-	LastValue any         `json:"last_value"`
-	Seq       uint64      `json:"seq,omitempty"`
-	Key       string      `json:"key,omitempty"`
+	return applied + n, nil
 }
 
 // LoadWrites returns every point's write history (engine.LimitStore).
 func (s *Store) LoadWrites() (map[string]engine.WriteHistory, error) {
 	out := map[string]engine.WriteHistory{}
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketWrites).ForEach(func(k, v []byte) error {
 			var h history
 			if err := json.Unmarshal(v, &h); err != nil {
@@ -282,63 +419,24 @@ func (s *Store) LoadWrites() (map[string]engine.WriteHistory, error) {
 	return out, err
 }
 
-// RecordWrite adds w to tool's history and returns once it is on disk
-// (engine.LimitStore). Writes older than keep before w.At are dropped; the
-// latest is always kept.
-func (s *Store) RecordWrite(tool string, w engine.Write, keep time.Duration) error {
-	if err := s.commit(func(tx *bolt.Tx) error { return recordWrite(tx, tool, w, keep) }); err != nil {
-		return fmt.Errorf("record the write to %s: %w", tool, err)
-	}
-	return nil
-}
-
-func recordWrite(tx *bolt.Tx, tool string, w engine.Write, keep time.Duration) error {
-	b := tx.Bucket(bucketWrites)
-	var h history
-	if v := b.Get([]byte(tool)); v != nil {
-		if err := json.Unmarshal(v, &h); err != nil {
-			return fmt.Errorf("write history of %s: %w", tool, err)
-		}
-	}
-	if !w.At.Before(h.Last) {
-		h.Last, h.LastValue = w.At, w.Value
-	}
-	if w.Seq > h.Seq {
-		h.Seq, h.Key = w.Seq, w.Key
-	}
-	h.Writes = append(h.Writes, w.At)
-	slices.SortFunc(h.Writes, time.Time.Compare)
-	kept := h.Writes[:0]
-	for _, t := range h.Writes {
-		if w.At.Sub(t) <= keep || t.Equal(h.Last) {
-			kept = append(kept, t)
-		}
-	}
-	h.Writes = kept
-	v, err := json.Marshal(h)
-	if err != nil {
-		return err
-	}
-	return b.Put([]byte(tool), v)
-}
-
-// Records calls fn with every idempotency record, in doubt or final, in key
-// order, expired ones not yet pruned included (fn checks At). fn must not
-// call the store. Records that cannot be decoded are skipped and reported in
-// the error, after the others; an error from fn stops the walk.
+// Records calls fn with every idempotency record, in doubt or final, oldest
+// slot first, expired ones not yet pruned included (fn checks At). fn must
+// not call the store. Records that cannot be decoded are skipped and
+// reported in the error, after the others; an error from fn stops the walk.
 func (s *Store) Records(fn func(key string, r engine.Record) error) error {
 	var bad int
 	var firstBad error
-	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketKeys).ForEach(func(k, v []byte) error {
-			var rec engine.Record
-			if err := json.Unmarshal(v, &rec); err != nil {
+	err := s.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketRecords).ForEach(func(k, v []byte) error {
+			key := string(k[8:])
+			rec, err := decodeRecord(key, v)
+			if err != nil {
 				if bad++; firstBad == nil {
-					firstBad = fmt.Errorf("idempotency record %q: %w", k, err)
+					firstBad = fmt.Errorf("idempotency record %q: %w", key, err)
 				}
 				return nil
 			}
-			return fn(string(k), rec)
+			return fn(key, rec)
 		})
 	})
 	if err == nil && bad > 0 {

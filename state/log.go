@@ -1,0 +1,515 @@
+package state
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"sync"
+	"time"
+)
+
+// The log, state.log beside state.db, is where every change is made durable
+// before Save, SaveCharged, RecordWrite and the operation methods return:
+// callers that arrive while a write is under way share the next one, and
+// each write is one pwrite and one fdatasync of a file that never changes
+// size (a bbolt commit is two fdatasyncs and a pwrite per page touched: some
+// two dozen for a batch of do_* calls on random keys). The changes are then
+// applied to state.db in the background, many at once (a checkpoint: one
+// bbolt transaction), and until then Load finds records in memory.
+//
+// The file is a header page and then a ring. Every entry carries its log
+// sequence number (LSN: its position in the endless log; its place in the
+// ring is the LSN modulo the ring's size) and a CRC-32C, so reading from
+// where state.db says it has applied the log (meta "log_applied") stops at
+// the first entry that is torn, stale (from an earlier lap of the ring) or
+// never written. The writer never overwrites an entry not yet applied.
+// After a crash, the entries of an unacknowledged last write may be partly
+// on disk; whatever reads back whole is applied, as a bbolt commit
+// interrupted after its data pages would not be, which is safe: those
+// changes were made before any caller was told they were durable. At every
+// start the log is applied completely and writing resumes at the next lap
+// of the ring, so an entry left over from an interrupted write can never be
+// read as a new one.
+
+const (
+	logFileName   = "state.log"
+	logHeaderSize = 4096
+	logMagic      = "physmcpd state log\n"
+	logVersion    = 1
+	entryHeader   = 4 + 8 + 4 // crc, lsn, payload length
+)
+
+var (
+	// logRing is the ring's size, and checkpointAt how much unapplied log
+	// starts a checkpoint (one is also made a second after the first change
+	// since the last).
+	logRing      int64 = 2 << 20
+	checkpointAt int64 = 256 << 10
+	idleApply          = time.Second
+	castagnoli         = crc32.MakeTable(crc32.Castagnoli)
+)
+
+// logHeader is the first page of state.log.
+type logHeader struct {
+	ring    int64
+	storeID string
+}
+
+func (h logHeader) encode() []byte {
+	b := make([]byte, 0, logHeaderSize)
+	b = append(b, logMagic...)
+	b = binary.LittleEndian.AppendUint32(b, logVersion)
+	b = binary.LittleEndian.AppendUint64(b, uint64(h.ring))
+	b = appendString(b, h.storeID)
+	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	return append(b, make([]byte, logHeaderSize-len(b))...)
+}
+
+// readLogHeader reads and checks the header of the log file f; the error
+// says what is wrong, in words for a BrokenError.
+func readLogHeader(f *os.File) (logHeader, error) {
+	var h logHeader
+	info, err := f.Stat()
+	if err != nil {
+		return h, err
+	}
+	page := make([]byte, logHeaderSize)
+	if _, err := f.ReadAt(page, 0); err != nil {
+		return h, fmt.Errorf("is too short to be a physmcpd state log (%d bytes): it was truncated", info.Size())
+	}
+	if !bytes.HasPrefix(page, []byte(logMagic)) {
+		return h, errors.New("is not a physmcpd state log (its header is wrong): it was overwritten")
+	}
+	d := decoder{b: page, off: len(logMagic)}
+	version := binary.LittleEndian.Uint32(d.take(4))
+	h.ring = int64(binary.LittleEndian.Uint64(d.take(8)))
+	h.storeID = d.string()
+	end := d.off
+	sum := d.take(4)
+	switch {
+	case d.err != nil || binary.LittleEndian.Uint32(sum) != crc32.Checksum(page[:end], castagnoli):
+		return h, errors.New("has a damaged header: it was overwritten or corrupted")
+	case version != logVersion:
+		return h, fmt.Errorf("is version %d of the log, which this physmcpd does not know: it was written by a newer physmcpd", version)
+	case h.ring <= 0 || info.Size() != logHeaderSize+h.ring:
+		return h, fmt.Errorf("is %d bytes, not the %d its header records: it was truncated or extended", info.Size(), logHeaderSize+h.ring)
+	}
+	return h, nil
+}
+
+// createLog writes a new, zeroed log for store id at path (through a
+// temporary file, so a half-made log never has the name).
+func createLog(dir, path, id string) error {
+	f, err := os.CreateTemp(dir, logFileName+".new-*")
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	defer os.Remove(f.Name()) // a no-op once renamed
+	_, err = f.Write(logHeader{ring: logRing, storeID: id}.encode())
+	if err == nil {
+		// written, not just sized: an fdatasync of a block written before
+		// flushes the data alone, one of a hole also its allocation
+		_, err = f.Write(make([]byte, logRing))
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	return nil
+}
+
+// readLog returns the whole entries of the log f (of ring size ring) from
+// lsn on, and the LSN after the last of them.
+func readLog(f io.ReaderAt, ring, lsn int64) (entries [][]byte, end int64, err error) {
+	head := make([]byte, entryHeader)
+	for start := lsn; lsn-start < ring; {
+		pos := lsn % ring
+		if ring-pos < entryHeader {
+			lsn += ring - pos // no room for an entry: the writer went on at the next lap
+			continue
+		}
+		if _, err := f.ReadAt(head, logHeaderSize+pos); err != nil {
+			return nil, 0, err
+		}
+		n := int64(binary.LittleEndian.Uint32(head[12:]))
+		if int64(binary.LittleEndian.Uint64(head[4:])) != lsn || n > ring-pos-entryHeader {
+			break
+		}
+		e := make([]byte, entryHeader+n)
+		if _, err := f.ReadAt(e, logHeaderSize+pos); err != nil {
+			return nil, 0, err
+		}
+		if binary.LittleEndian.Uint32(e) != crc32.Checksum(e[4:], castagnoli) {
+			break
+		}
+		if n == 0 {
+			lsn += ring - pos // a wrap marker: the next entry is at the next lap
+			continue
+		}
+		entries = append(entries, e[entryHeader:])
+		lsn += entryHeader + n
+	}
+	return entries, lsn, nil
+}
+
+// nextLap is the LSN at the start of the lap after the one lsn is in (lsn
+// itself at a lap's start).
+func nextLap(lsn, ring int64) int64 {
+	return (lsn + ring - 1) / ring * ring
+}
+
+// change is one caller's ops, and their entry, waiting to be written.
+type change struct {
+	ops   []op
+	entry []byte
+	done  chan error
+}
+
+// syncDepth is how many written batches may be syncing at once. fdatasync
+// waits mostly for the device's cache flush, and flushes run side by side:
+// a batch that starts while another syncs need not wait for it, only be
+// answered after it. Each in-flight sync has a descriptor of its own, because
+// a write-back error is reported once per open file: on a shared one, one
+// caller's sync could take the error that belongs to another's data.
+const syncDepth = 2
+
+// batch is changes written together, from LSN start to end.
+type batch struct {
+	changes    []*change
+	entries    [][]byte
+	start, end int64
+	synced     bool
+	err        error
+}
+
+// logWriter appends changes to the log in group writes.
+type logWriter struct {
+	f     *os.File
+	syncs [syncDepth]*os.File // one descriptor per sync in flight
+	ring  int64
+
+	mu       sync.Mutex
+	wake     *sync.Cond // queue, space, a sync done, or closing
+	queue    []*change
+	inflight []*batch // written, answered in order once synced
+	reserved int64    // the LSN of the next entry to write
+	next     int64    // the LSN after the last entry synced and answered
+	applied  int64    // entries below it are in state.db
+	failed   error    // a write or sync failed: nothing more is accepted
+	stuck    error    // the last checkpoint failed
+	closing  bool
+	writes   int64
+
+	// pending are the ops written and not yet applied, in log order, with
+	// the LSN after each; records maps the key of each record among them to
+	// its newest version.
+	pending []pendingOp
+	records map[string]pendingOp
+	timer   *time.Timer // the idle checkpoint, armed by the first pending op
+	kick    chan struct{}
+	done    chan struct{} // the writer goroutine has returned
+}
+
+type pendingOp struct {
+	op  op
+	end int64 // the LSN after its entry
+}
+
+// append queues ops as one entry and returns once it is on disk.
+func (w *logWriter) append(ops ...op) error {
+	e, err := encodeOps(ops)
+	if err != nil {
+		return err
+	}
+	if int64(len(e)) > w.ring/4 {
+		return fmt.Errorf("a change of %d bytes is too large for the state log", len(e))
+	}
+	c := &change{ops: ops, entry: e, done: make(chan error, 1)}
+	w.mu.Lock()
+	if w.failed != nil || w.closing {
+		err := w.failed
+		w.mu.Unlock()
+		if err == nil {
+			err = errors.New("the state store is closed")
+		}
+		return err
+	}
+	w.queue = append(w.queue, c)
+	if len(w.queue) == 1 {
+		w.wake.Broadcast()
+	}
+	w.mu.Unlock()
+	return <-c.done
+}
+
+// run writes queued changes until the writer is closed, its queue empty and
+// every sync answered.
+func (w *logWriter) run() {
+	defer close(w.done)
+	var buf []byte
+	n := 0 // batches written
+	w.mu.Lock()
+	for {
+		for (len(w.queue) == 0 || len(w.inflight) == syncDepth) && !(w.closing && len(w.queue) == 0) {
+			w.wake.Wait()
+		}
+		if len(w.queue) == 0 {
+			for len(w.inflight) > 0 {
+				w.wake.Wait()
+			}
+			w.mu.Unlock()
+			return
+		}
+		changes, entries, err := w.take()
+		w.queue = w.queue[len(changes):]
+		if err != nil {
+			for _, c := range changes {
+				c.done <- err
+			}
+			continue
+		}
+		b := &batch{changes: changes, entries: entries, start: w.reserved}
+		buf, b.end = layout(buf[:0], b.start, w.ring, entries)
+		w.reserved = b.end
+		w.inflight = append(w.inflight, b)
+		w.writes++
+		w.mu.Unlock()
+
+		if err := w.write(buf, b.start); err != nil {
+			w.synced(b, err)
+		} else {
+			go func(f *os.File) { w.synced(b, fdatasync(f)) }(w.syncs[n%syncDepth])
+		}
+		n++
+		w.mu.Lock()
+	}
+}
+
+// synced records that b's sync returned err, and answers every batch whose
+// sync and those of all before it have returned: an error fails them all
+// and every change after them, since what follows a torn entry is never read.
+func (w *logWriter) synced(b *batch, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	b.synced, b.err = true, err
+	for len(w.inflight) > 0 && w.inflight[0].synced {
+		b := w.inflight[0]
+		w.inflight = w.inflight[1:]
+		if b.err != nil && w.failed == nil {
+			w.failed = fmt.Errorf("the state log could not be written (%w): nothing more is recorded until physmcpd is restarted", b.err)
+		}
+		if w.failed != nil {
+			for _, c := range b.changes {
+				c.done <- w.failed
+			}
+			continue
+		}
+		lsn := b.start
+		for i, c := range b.changes {
+			lsn = entryEnd(lsn, w.ring, int64(len(b.entries[i])))
+			for _, o := range c.ops {
+				p := pendingOp{o, lsn}
+				w.pending = append(w.pending, p)
+				if o.kind == opRecord {
+					w.records[o.key] = p
+				}
+			}
+			c.done <- nil
+		}
+		w.next = b.end
+		w.schedule()
+	}
+	w.wake.Broadcast()
+}
+
+// take returns the queued changes that fit in the ring, and their entries,
+// waiting for a checkpoint to make room when none does. It is called with
+// w.mu held.
+func (w *logWriter) take() (batch []*change, entries [][]byte, err error) {
+	for {
+		if w.failed != nil {
+			return w.queue, nil, w.failed
+		}
+		free := w.ring - (w.reserved - w.applied) - entryHeader
+		for _, c := range w.queue {
+			// at most its own size again is skipped to the next lap before it
+			if free -= 2 * (entryHeader + int64(len(c.entry))); free < 0 {
+				break
+			}
+			batch, entries = append(batch, c), append(entries, c.entry)
+		}
+		if len(batch) > 0 {
+			return batch, entries, nil
+		}
+		if w.stuck != nil {
+			return w.queue[:1], nil, fmt.Errorf("the state log is full: %w", w.stuck)
+		}
+		w.kickCheckpoint()
+		w.wake.Wait()
+	}
+}
+
+// write puts buf, which begins at LSN start, in the ring (two pieces when it
+// wraps).
+func (w *logWriter) write(buf []byte, start int64) error {
+	pos := start % w.ring
+	first := min(int64(len(buf)), w.ring-pos)
+	if _, err := w.f.WriteAt(buf[:first], logHeaderSize+pos); err != nil {
+		return err
+	}
+	if rest := buf[first:]; len(rest) > 0 {
+		if _, err := w.f.WriteAt(rest, logHeaderSize); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// layout appends to buf the entries starting at LSN start as they lie in
+// the ring: each with its header, and a wrap marker (or a gap too small for
+// one) where the next entry would not fit before the ring's end. It returns
+// the LSN after the last.
+func layout(buf []byte, start, ring int64, entries [][]byte) ([]byte, int64) {
+	lsn := start
+	for _, e := range entries {
+		at := entryStart(lsn, ring, int64(len(e)))
+		if at != lsn {
+			// the rest of the lap, starting with a wrap marker when there is room for one
+			gap := make([]byte, at-lsn)
+			if len(gap) >= entryHeader {
+				binary.LittleEndian.PutUint64(gap[4:], uint64(lsn))
+				binary.LittleEndian.PutUint32(gap, crc32.Checksum(gap[4:entryHeader], castagnoli))
+			}
+			buf = append(buf, gap...)
+			lsn = at
+		}
+		h := make([]byte, entryHeader, entryHeader+len(e))
+		binary.LittleEndian.PutUint64(h[4:], uint64(lsn))
+		binary.LittleEndian.PutUint32(h[12:], uint32(len(e)))
+		h = append(h, e...)
+		binary.LittleEndian.PutUint32(h, crc32.Checksum(h[4:], castagnoli))
+		buf = append(buf, h...)
+		lsn += entryHeader + int64(len(e))
+	}
+	return buf, lsn
+}
+
+// entryStart is where an entry of n payload bytes goes when the log is at
+// lsn: there, or at the next lap when it would not fit before the ring's end.
+func entryStart(lsn, ring, n int64) int64 {
+	if ring-lsn%ring < entryHeader+n {
+		return nextLap(lsn+1, ring)
+	}
+	return lsn
+}
+
+func entryEnd(lsn, ring, n int64) int64 { return entryStart(lsn, ring, n) + entryHeader + n }
+
+// schedule starts a checkpoint when enough is pending, and arms the idle one
+// with the first pending op. It is called with w.mu held.
+func (w *logWriter) schedule() {
+	switch {
+	case w.next-w.applied >= checkpointAt:
+		w.kickCheckpoint()
+	case w.timer == nil:
+		w.timer = time.AfterFunc(idleApply, w.kickCheckpoint)
+	}
+}
+
+func (w *logWriter) kickCheckpoint() {
+	select {
+	case w.kick <- struct{}{}:
+	default: // one is due already
+	}
+}
+
+// record returns the newest version of key's record among the pending ops.
+func (w *logWriter) record(key string) ([]byte, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p, ok := w.records[key]
+	return p.op.value, ok
+}
+
+// unapplied returns the pending ops and the LSN they end at.
+func (w *logWriter) unapplied() ([]pendingOp, int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.timer != nil {
+		w.timer.Stop()
+		w.timer = nil
+	}
+	return w.pending, w.next
+}
+
+func (w *logWriter) appliedLSN() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.applied
+}
+
+// appliedTo drops the first n pending ops, now in state.db up to LSN upto,
+// and makes their room in the ring free again.
+func (w *logWriter) appliedTo(n int, upto int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, p := range w.pending[:n] {
+		// a newer version of the record stays until it is applied too
+		if q, ok := w.records[p.op.key]; ok && p.op.kind == opRecord && q.end == p.end {
+			delete(w.records, p.op.key)
+		}
+	}
+	w.pending = append(w.pending[:0:0], w.pending[n:]...)
+	w.applied, w.stuck = upto, nil
+	if len(w.pending) > 0 {
+		w.schedule()
+	}
+	w.wake.Broadcast()
+}
+
+// applyFailed records why the last checkpoint failed: changes that find the
+// ring full fail with it instead of waiting.
+func (w *logWriter) applyFailed(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stuck = err
+	w.wake.Broadcast()
+}
+
+// close stops accepting changes and waits for the queued ones, then closes
+// the log's files.
+func (w *logWriter) close() {
+	w.mu.Lock()
+	w.closing = true
+	if w.timer != nil {
+		w.timer.Stop()
+		w.timer = nil
+	}
+	w.wake.Broadcast()
+	w.mu.Unlock()
+	<-w.done
+}
+
+// closeFiles closes the log's descriptors.
+func (w *logWriter) closeFiles() error {
+	errs := []error{w.f.Close()}
+	for _, f := range w.syncs {
+		errs = append(errs, f.Close())
+	}
+	return errors.Join(errs...)
+}
