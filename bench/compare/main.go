@@ -86,7 +86,10 @@ func (b *bench) run() error {
 	defer os.RemoveAll(b.dir)
 	b.physmcpd, b.bare, b.bareModbus = filepath.Join(b.dir, "physmcpd"), filepath.Join(b.dir, "baremcp"), filepath.Join(b.dir, "baremodbus")
 	for bin, pkg := range map[string]string{b.physmcpd: "./cmd/physmcpd", b.bare: "./bench/compare/baremcp", b.bareModbus: "./bench/compare/baremodbus"} {
-		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+		// as build.sh builds releases: static (no cgo, so no libc mapped in) and -trimpath
+		build := exec.Command("go", "build", "-trimpath", "-o", bin, pkg)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
 			return fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 		}
 	}
@@ -933,10 +936,19 @@ func (b *bench) memory(*modbusfault.TCP) error {
 		if err != nil {
 			return err
 		}
-		if fi, err := os.Stat(filepath.Join(b.dir, "state-memory", "state.db")); err == nil {
+		db := filepath.Join(b.dir, "state-memory", "state.db")
+		if fi, err := os.Stat(db); err == nil && state {
 			what += fmt.Sprintf(", state.db %.1f MB", float64(fi.Size())/1e6)
 		}
-		b.add(fmt.Sprintf("Full RSS %s after %d do_* (%s; anonymous %.1f MB, file-backed %.1f MB; at once %.1f MB)", settle, b.doCalls/16*16, what, mem["RssAnon:"], mem["RssFile:"], now["VmRSS:"]),
+		mapped, err := residentOf(cmd.Process.Pid, b.physmcpd, db)
+		if err != nil {
+			return err
+		}
+		files := fmt.Sprintf("the binary %.1f MB", mapped[b.physmcpd])
+		if state {
+			files += fmt.Sprintf(", state.db %.1f MB", mapped[db])
+		}
+		b.add(fmt.Sprintf("Full RSS %s after %d do_* (%s; anonymous %.1f MB, file-backed %.1f MB: %s; at once %.1f MB)", settle, b.doCalls/16*16, what, mem["RssAnon:"], mem["RssFile:"], files, now["VmRSS:"]),
 			fmt.Sprintf("%.1f MB (peak %.1f MB)", mem["VmRSS:"], mem["VmHWM:"]), "≤ 25 MB", 0)
 		b.stopAll()
 	}
@@ -960,6 +972,31 @@ func resident(pid int) (map[string]float64, error) {
 		}
 	}
 	return mem, nil
+}
+
+// residentOf reads how much of each file pid maps is resident, in MB, from
+// its smaps.
+func residentOf(pid int, files ...string) (map[string]float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		return nil, err
+	}
+	mb := map[string]float64{}
+	var current string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":"):
+			current = ""
+			if len(f) >= 6 && slices.Contains(files, f[5]) {
+				current = f[5]
+			}
+		case len(f) == 3 && f[0] == "Rss:" && current != "":
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			mb[current] += kb * 1024 / 1e6
+		}
+	}
+	return mb, nil
 }
 
 func cpuModel() string {
