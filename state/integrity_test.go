@@ -42,7 +42,7 @@ func fill(t testing.TB, dir string, n int) {
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		for i := range n {
 			key := fmt.Sprintf("key-%06d", i)
-			v, err := encodeRecord(key, record(i))
+			v, err := engine.EncodeRecord(key, record(i))
 			if err != nil {
 				return err
 			}

@@ -12,6 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/physmcp/physmcpd/engine"
+	"github.com/physmcp/physmcpd/internal/binenc"
 )
 
 // The layout of state.db, format 2. Records are kept in time order, each
@@ -22,7 +23,7 @@ import (
 // by key: random places in the tree, pages half full, all of them read).
 //
 // A store of format 1 (an older physmcpd's) is converted when it is opened,
-// in one transaction: its records move as they are, JSON (decodeRecord reads
+// in one transaction: its records move as they are, JSON (engine.DecodeRecord reads
 // both), and its id moves from meta "store_id" to meta "store". Older
 // releases read the id from "store_id" only, so they refuse a format-2
 // store ("has no store id") instead of serving from a table they would find
@@ -30,7 +31,7 @@ import (
 
 var (
 	bucketIndex   = []byte("idem_index")   // key → slot (8 bytes: big-endian ns)
-	bucketRecords = []byte("idem_records") // slot + key → record (encodeRecord)
+	bucketRecords = []byte("idem_records") // slot + key → record (engine.EncodeRecord)
 	bucketWrites  = []byte("writes")       // tool → history (JSON)
 	bucketMeta    = []byte("meta")
 
@@ -95,7 +96,7 @@ func upgrade(tx *bolt.Tx, now time.Time) (int, error) {
 	if old := tx.Bucket(legacyKeys); old != nil {
 		err := old.ForEach(func(k, v []byte) error {
 			at := now // an unreadable record stays, refused as in doubt, for a full retention
-			if r, err := decodeRecord(string(k), v); err == nil {
+			if r, err := engine.DecodeRecord(string(k), v); err == nil {
 				at = r.At
 			}
 			n++
@@ -157,7 +158,7 @@ func prune(tx *bolt.Tx, cutoff time.Time) (int, error) {
 	var expired [][]byte
 	c := recs.Cursor()
 	for k, v := c.First(); k != nil && int64(binary.BigEndian.Uint64(k[:8])) < cutoff.UnixNano(); k, v = c.Next() {
-		if r, err := decodeRecord(string(k[8:]), v); err == nil && !r.At.Before(cutoff) {
+		if r, err := engine.DecodeRecord(string(k[8:]), v); err == nil && !r.At.Before(cutoff) {
 			continue
 		}
 		expired = append(expired, bytes.Clone(k))
@@ -197,21 +198,21 @@ func encodeOps(ops []op) ([]byte, error) {
 		if o.key == "" || len(o.key) > maxKey {
 			return nil, fmt.Errorf("a key of %d bytes cannot be stored (1 to %d)", len(o.key), maxKey)
 		}
-		b = appendString(append(b, o.kind), o.key)
+		b = binenc.AppendString(append(b, o.kind), o.key)
 		switch o.kind {
 		case opRecord:
-			b = appendBytes(appendTime(b, o.at), o.value)
+			b = binenc.AppendBytes(binenc.AppendTime(b, o.at), o.value)
 		case opCharge:
-			b = appendTime(b, o.write.At)
+			b = binenc.AppendTime(b, o.write.At)
 			var err error
-			if b, err = appendValue(b, o.write.Value); err != nil {
+			if b, err = binenc.AppendValue(b, o.write.Value); err != nil {
 				return nil, fmt.Errorf("the written value: %w", err)
 			}
 			b = binary.AppendUvarint(b, o.write.Seq)
-			b = appendString(b, o.write.Key)
+			b = binenc.AppendString(b, o.write.Key)
 			b = binary.AppendVarint(b, int64(o.keep))
 		case opSaveOperation:
-			b = appendBytes(b, o.value)
+			b = binenc.AppendBytes(b, o.value)
 		case opDeleteOperation:
 		default:
 			return nil, fmt.Errorf("unknown op %d", o.kind)
@@ -221,36 +222,33 @@ func encodeOps(ops []op) ([]byte, error) {
 }
 
 func decodeOps(e []byte) ([]op, error) {
-	d := decoder{b: e}
-	n := d.uvarint()
+	d := binenc.Decoder{B: e}
+	n := d.Uvarint()
 	if n > uint64(len(e)) {
-		return nil, errTruncated
+		return nil, binenc.ErrTruncated
 	}
 	ops := make([]op, 0, n)
 	for range n {
-		o := op{kind: d.byte(), key: d.string()}
+		o := op{kind: d.Byte(), key: d.String()}
 		switch o.kind {
 		case opRecord:
-			o.at = d.time()
-			o.value = d.bytes()
+			o.at = d.Time()
+			o.value = d.Bytes()
 		case opCharge:
-			o.write.At = d.time()
-			o.write.Value = d.value()
-			o.write.Seq = d.uvarint()
-			o.write.Key = d.string()
-			o.keep = time.Duration(d.varint())
+			o.write.At = d.Time()
+			o.write.Value = d.Value()
+			o.write.Seq = d.Uvarint()
+			o.write.Key = d.String()
+			o.keep = time.Duration(d.Varint())
 		case opSaveOperation:
-			o.value = d.bytes()
+			o.value = d.Bytes()
 		case opDeleteOperation:
 		default:
-			d.fail(fmt.Errorf("unknown op %d", o.kind))
+			d.Fail(fmt.Errorf("unknown op %d", o.kind))
 		}
 		ops = append(ops, o)
 	}
-	if d.err == nil && d.off != len(e) {
-		d.err = fmt.Errorf("%d bytes after the ops", len(e)-d.off)
-	}
-	return ops, d.err
+	return ops, d.Done()
 }
 
 // apply makes o's change in state.db.

@@ -10,6 +10,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/physmcp/physmcpd/internal/binenc"
 )
 
 // The log, state.log beside state.db, is where every change is made durable
@@ -64,7 +66,7 @@ func (h logHeader) encode() []byte {
 	b = append(b, logMagic...)
 	b = binary.LittleEndian.AppendUint32(b, logVersion)
 	b = binary.LittleEndian.AppendUint64(b, uint64(h.ring))
-	b = appendString(b, h.storeID)
+	b = binenc.AppendString(b, h.storeID)
 	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 	return append(b, make([]byte, logHeaderSize-len(b))...)
 }
@@ -84,15 +86,17 @@ func readLogHeader(f *os.File) (logHeader, error) {
 	if !bytes.HasPrefix(page, []byte(logMagic)) {
 		return h, errors.New("is not a physmcpd state log (its header is wrong): it was overwritten")
 	}
-	d := decoder{b: page, off: len(logMagic)}
-	version := binary.LittleEndian.Uint32(d.take(4))
-	h.ring = int64(binary.LittleEndian.Uint64(d.take(8)))
-	h.storeID = d.string()
-	end := d.off
-	sum := d.take(4)
-	switch {
-	case d.err != nil || binary.LittleEndian.Uint32(sum) != crc32.Checksum(page[:end], castagnoli):
+	d := binenc.Decoder{B: page, Off: len(logMagic)}
+	fixed := d.Take(12)
+	h.storeID = d.String()
+	end := d.Off
+	sum := d.Take(4)
+	if d.Err() != nil || binary.LittleEndian.Uint32(sum) != crc32.Checksum(page[:end], castagnoli) {
 		return h, errors.New("has a damaged header: it was overwritten or corrupted")
+	}
+	version := binary.LittleEndian.Uint32(fixed)
+	h.ring = int64(binary.LittleEndian.Uint64(fixed[4:]))
+	switch {
 	case version != logVersion:
 		return h, fmt.Errorf("is version %d of the log, which this physmcpd does not know: it was written by a newer physmcpd", version)
 	case h.ring <= 0 || info.Size() != logHeaderSize+h.ring:

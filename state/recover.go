@@ -282,7 +282,7 @@ func (s *salvaged) copyInto(tx *bolt.Tx, now time.Time) (records, histories int,
 	}
 	for k, v := range s.keys {
 		at := now
-		if rec, err := decodeRecord(k, v); err == nil {
+		if rec, err := engine.DecodeRecord(k, v); err == nil {
 			at = rec.At
 		}
 		if now.Sub(at) > engine.KeyRetention {

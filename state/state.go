@@ -302,7 +302,7 @@ func (s *Store) Load(key string) (engine.Record, bool) {
 	if !found {
 		return engine.Record{}, false
 	}
-	rec, err := decodeRecord(key, v)
+	rec, err := engine.DecodeRecord(key, v)
 	if err != nil {
 		s.log.Error("idempotency record unreadable; the key is refused", "key", key, "err", err)
 		return engine.Record{InDoubt: true, At: s.now()}, true
@@ -315,7 +315,7 @@ func (s *Store) Load(key string) (engine.Record, bool) {
 
 // recordOp is the op that stores r under key.
 func recordOp(key string, r engine.Record) (op, error) {
-	v, err := encodeRecord(key, r)
+	v, err := engine.EncodeRecord(key, r)
 	if err != nil {
 		return op{}, fmt.Errorf("encode the record: %w", err)
 	}
@@ -373,7 +373,7 @@ func (s *Store) InDoubt() (map[string]engine.Record, error) {
 	err := s.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketRecords).ForEach(func(k, v []byte) error {
 			key := string(k[8:])
-			rec, err := decodeRecord(key, v)
+			rec, err := engine.DecodeRecord(key, v)
 			if err != nil {
 				return fmt.Errorf("record %q: %w", key, err)
 			}
@@ -429,7 +429,7 @@ func (s *Store) Records(fn func(key string, r engine.Record) error) error {
 	err := s.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketRecords).ForEach(func(k, v []byte) error {
 			key := string(k[8:])
-			rec, err := decodeRecord(key, v)
+			rec, err := engine.DecodeRecord(key, v)
 			if err != nil {
 				if bad++; firstBad == nil {
 					firstBad = fmt.Errorf("idempotency record %q: %w", key, err)
