@@ -23,7 +23,8 @@
 // beside it): a value over them is replaced by its Digest, so no caller input
 // can make a line that Verify could not read back.
 //
-// Lines are fsync'd before Append returns; HEAD is replaced atomically after.
+// Lines are fsync'd before Append returns (lines appended at the same time
+// share one write and fsync); HEAD is replaced atomically after.
 // A crash can leave a torn last line (dropped on Open, it was never
 // acknowledged) or a HEAD one line behind (accepted and brought forward).
 package audit
@@ -55,6 +56,9 @@ const (
 	// maxLine bounds one line when reading back: far above what Append
 	// writes (MaxEntryBytes), so lines of an older physmcpd still read.
 	maxLine = 1 << 20
+	// maxBatch bounds the lines one write holds, and so how far behind the
+	// trail a crash can leave HEAD.
+	maxBatch = 256
 )
 
 // genesis is what the first line of a trail chains to.
@@ -70,6 +74,11 @@ type Log struct {
 	dir       string
 	retention int // days; 0 keeps every file
 	now       func() time.Time
+
+	// qmu guards the lines waiting to be written; mu the file and the chain.
+	qmu     sync.Mutex
+	queue   []*queued
+	writing bool // a caller is writing the lines queued before it
 
 	mu   sync.Mutex
 	f    *os.File
@@ -210,8 +219,16 @@ func (l *Log) checkHead(h *head) (string, error) {
 	if h.File == l.file && h.Line == l.line && h.Hash == l.prev {
 		return "", nil
 	}
-	if h.File == l.file && h.Line == l.line-1 {
-		return "", l.writeHead()
+	if h.File == l.file && h.Line < l.line && l.line-h.Line <= maxBatch {
+		// a crash between lines and their HEAD update: HEAD must still
+		// name the line it was written for
+		line, err := nthLine(filepath.Join(l.dir, l.file), l.file, h.Line)
+		if err != nil {
+			return "", err
+		}
+		if line != nil && (hashLine(line) == h.Hash || l.key.sum(line) == h.Hash) {
+			return "", l.writeHead()
+		}
 	}
 	return fmt.Sprintf("HEAD records %s line %d (hash %.12s…), but the trail ends at %s line %d (hash %.12s…)", h.File, h.Line, h.Hash, l.file, l.line, l.prev), nil
 }
@@ -219,6 +236,11 @@ func (l *Log) checkHead(h *head) (string, error) {
 // Append writes v (which must encode as a JSON object) as the next line,
 // chained to the previous one, and returns once it is on disk. Values over
 // the limits (MaxValueBytes and beside it) are written as their Digest.
+//
+// Lines appended at the same time share one write, one fsync and one HEAD
+// update: a caller that arrives while lines are being written waits, and
+// those queued meanwhile are written next, together, in the order they
+// came, by the first of them.
 func (l *Log) Append(v any) error {
 	body, err := json.Marshal(v)
 	if err != nil {
@@ -230,6 +252,47 @@ func (l *Log) Append(v any) error {
 	if body, err = bound(body); err != nil {
 		return err
 	}
+	e := &queued{body: body, done: make(chan error, 1), lead: make(chan struct{}, 1)}
+	l.qmu.Lock()
+	l.queue = append(l.queue, e)
+	if l.writing {
+		l.qmu.Unlock()
+		select {
+		case err := <-e.done:
+			return err
+		case <-e.lead: // the lines before it are written: it writes the queue now
+		}
+		l.qmu.Lock()
+	}
+	l.writing = true
+	batch := l.queue[:min(len(l.queue), maxBatch)]
+	l.queue = l.queue[len(batch):]
+	l.qmu.Unlock()
+
+	err = l.write(batch)
+	for _, q := range batch {
+		q.done <- err
+	}
+	l.qmu.Lock()
+	if len(l.queue) > 0 {
+		l.queue[0].lead <- struct{}{}
+	} else {
+		l.writing = false
+	}
+	l.qmu.Unlock()
+	return <-e.done
+}
+
+// queued is a line waiting to be written.
+type queued struct {
+	body []byte
+	done chan error    // the outcome, once written or failed
+	lead chan struct{} // told to write the queue itself
+}
+
+// write appends the lines of batch to today's file, syncs it and updates
+// HEAD. When the lines cannot be written, the chain stays where it was.
+func (l *Log) write(batch []*queued) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.rotate(); err != nil {
@@ -238,25 +301,31 @@ func (l *Log) Append(v any) error {
 	if l.key != nil && l.keyedSince == "" {
 		l.keyedSince = l.file
 	}
-	line := make([]byte, 0, len(body)+80)
-	line = append(line, `{"prev":"`...)
-	line = append(line, l.prev...)
-	line = append(line, '"')
-	if rest := body[1:]; len(rest) > 1 {
-		line = append(line, ',')
-		line = append(line, rest...)
-	} else {
-		line = append(line, '}')
+	prev := l.prev
+	var buf []byte
+	for _, q := range batch {
+		start := len(buf)
+		buf = append(buf, `{"prev":"`...)
+		buf = append(buf, prev...)
+		buf = append(buf, '"')
+		if rest := q.body[1:]; len(rest) > 1 {
+			buf = append(buf, ',')
+			buf = append(buf, rest...)
+		} else {
+			buf = append(buf, '}')
+		}
+		prev = l.key.sum(buf[start:])
+		buf = append(buf, '\n')
 	}
-	if _, err := l.f.Write(append(line, '\n')); err != nil {
+	if _, err := l.f.Write(buf); err != nil {
 		return fmt.Errorf("audit: write %s: %w", l.file, err)
 	}
 	if err := l.f.Sync(); err != nil {
 		return fmt.Errorf("audit: sync %s: %w", l.file, err)
 	}
-	l.line++
-	l.written.Add(1)
-	l.prev = l.key.sum(line)
+	l.line += len(batch)
+	l.written.Add(uint64(len(batch)))
+	l.prev = prev
 	select {
 	case l.appended <- struct{}{}:
 	default: // a wake-up is pending already
@@ -514,6 +583,18 @@ func eachLine(path, name string, fn func(n int, line []byte) error) error {
 	}
 }
 
+// nthLine returns line n (from 1) of the file, or nil when it has fewer.
+func nthLine(path, name string, n int) (line []byte, err error) {
+	err = eachLine(path, name, func(i int, l []byte) error {
+		if i == n {
+			line = bytes.Clone(l)
+			return errStop
+		}
+		return nil
+	})
+	return line, err
+}
+
 // firstPrev returns what the file's first line chains to (ok false when the
 // file has no line).
 func firstPrev(path, name string) (prev string, ok bool, err error) {
@@ -587,7 +668,7 @@ func Verify(dir string, opts ...Option) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	v := verifier{dir: dir, given: collect(opts).key, prev: genesis}
+	v := verifier{dir: dir, given: collect(opts).key, prev: genesis, head: hd}
 	if v.given == nil {
 		// without the key a keyed chain breaks at its first keyed line: say why instead
 		if id, _ := keyedAt(anchor, hd); id != "" {
@@ -637,8 +718,8 @@ func Verify(dir string, opts ...Option) (Report, error) {
 	}
 	switch {
 	case hd.File == lastFile && hd.Line == lastN && hd.Hash == v.prev:
-	case hd.File == lastFile && hd.Line == lastN-1:
-		// a crash between a line and its HEAD update
+	case hd.File == lastFile && hd.Line < lastN && lastN-hd.Line <= maxBatch && v.headHash == hd.Hash:
+		// a crash between lines and their HEAD update (one write holds at most maxBatch)
 	case hd.File == lastFile && hd.Line > lastN || hd.File > lastFile:
 		return rep, &BreakError{File: hd.File, Line: lastN + 1, Reason: fmt.Sprintf("line missing: HEAD records %s line %d, the trail ends at %s line %d", hd.File, hd.Line, lastFile, lastN)}
 	default:
@@ -653,6 +734,9 @@ type verifier struct {
 	given *Key   // the key Verify was given, if any
 	key   *Key   // the chain's key from its keyed line on; nil while plain
 	prev  string // the chain value the next line must name
+	// head is HEAD, and headHash the chain value of the line it names
+	head     *head
+	headHash string
 }
 
 // keyed switches the chain to the given key, which must be the one with id.
@@ -692,6 +776,9 @@ func (v *verifier) file(name string) (int, error) {
 			}
 		}
 		v.prev = v.key.sum(line)
+		if v.head != nil && name == v.head.File && n == v.head.Line {
+			v.headHash = v.prev
+		}
 		return nil
 	})
 	return count, err
