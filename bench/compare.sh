@@ -5,7 +5,7 @@
 # on a loopback Modbus TCP device, in interleaved rounds, and
 # prints the table docs/performance.md keeps (medians of per-round ratios).
 # It counts fdatasync with perf when perf is installed. Takes a few minutes.
-# Usage: bench/compare.sh [-rounds N] [-do-calls N]
+# Usage: bench/compare.sh [-rounds N] [-do-calls N] [-only MEASURES] [-base OTHER_PHYSMCPD]
 set -eu
 cd "$(dirname "$0")/.."
 exec go run ./bench/compare "$@"

@@ -46,8 +46,9 @@ func main() {
 	rounds := flag.Int("rounds", 21, "interleaved rounds per ratio")
 	calls := flag.Int("do-calls", 30000, "do_* calls before the resident memory is read")
 	only := flag.String("only", "", "run only these measures (comma-separated: cached,uncached,bus,list,cando,durable,memory)")
+	base := flag.String("base", "", "another physmcpd binary (another revision's build) to run in the durable rounds too")
 	flag.Parse()
-	b := &bench{rounds: *rounds, doCalls: *calls, only: *only}
+	b := &bench{rounds: *rounds, doCalls: *calls, only: *only, base: *base}
 	err := b.run()
 	b.stopAll()
 	if err != nil {
@@ -59,6 +60,7 @@ func main() {
 type bench struct {
 	rounds, doCalls int
 	only            string
+	base            string // a physmcpd to compare durable do_* with
 	dir             string
 	physmcpd, bare  string // binaries
 	bareModbus      string
@@ -815,10 +817,21 @@ func (b *bench) durable(*modbusfault.TCP) error {
 	if err != nil {
 		return err
 	}
+	urls := []string{url, memURL}
+	if b.base != "" {
+		tree := b.physmcpd
+		b.physmcpd = b.base
+		baseURL, _, err := b.serveHTTP("zones16", "--simulate", "--state-dir", filepath.Join(b.dir, "state-durable-base"))
+		b.physmcpd = tree
+		if err != nil {
+			return err
+		}
+		urls = append(urls, baseURL)
+	}
 	var arms []func() (float64, error)
-	var calls [2]int
-	var took [2]time.Duration
-	for i, u := range []string{url, memURL} {
+	calls := make([]int, len(urls))
+	took := make([]time.Duration, len(urls))
+	for i, u := range urls {
 		cs, err := clients(16, func() (*client.Client, error) { return connectHTTP(u) })
 		if err != nil {
 			return err
@@ -835,6 +848,7 @@ func (b *bench) durable(*modbusfault.TCP) error {
 			return median(lat), err
 		})
 	}
+	rate := func(i int) float64 { return float64(calls[i]) / took[i].Seconds() }
 	syncs := countSyncs(cmd.Process.Pid)
 	ns, err := rounds(b.rounds, arms...)
 	syncCount, syncErr := syncs()
@@ -845,9 +859,12 @@ func (b *bench) durable(*modbusfault.TCP) error {
 	if syncErr == nil {
 		perCall = fmt.Sprintf("%.2f", float64(syncCount)/float64(calls[0]))
 	}
-	b.add(fmt.Sprintf("durable do_* (--state-dir), 16 clients, %d calls; median of per-round p50s (without a state dir in the same rounds: %.2f ms, %.0f calls/s)",
-		calls[0], medianOf(ns, col(1))/1e6, float64(calls[1])/took[1].Seconds()),
-		fmt.Sprintf("%.0f calls/s, p50 %.2f ms, %s fdatasync per call", float64(calls[0])/took[0].Seconds(), medianOf(ns, col(0))/1e6, perCall),
+	same := fmt.Sprintf("without a state dir in the same rounds: %.2f ms, %.0f calls/s", medianOf(ns, col(1))/1e6, rate(1))
+	if b.base != "" {
+		same += fmt.Sprintf("; %s: %.2f ms, %.0f calls/s", filepath.Base(b.base), medianOf(ns, col(2))/1e6, rate(2))
+	}
+	b.add(fmt.Sprintf("durable do_* (--state-dir), 16 clients, %d calls; median of per-round p50s (%s)", calls[0], same),
+		fmt.Sprintf("%.0f calls/s, p50 %.2f ms, %s fdatasync per call", rate(0), medianOf(ns, col(0))/1e6, perCall),
 		"≥ 1,500/s, p50 ≤ 3 ms, ≤ 1 fdatasync per call", b.rounds)
 	return nil
 }
