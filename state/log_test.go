@@ -441,3 +441,25 @@ func TestNewerFormatIsRefused(t *testing.T) {
 		t.Fatal("the store was changed")
 	}
 }
+
+// When checkpoints fail, the log fills, and then changes fail with the
+// reason instead of waiting, or overwriting what is not yet applied.
+func TestLogFullWhenCheckpointsFail(t *testing.T) {
+	ring, at := logRing, checkpointAt
+	logRing, checkpointAt = 8<<10, 2<<10
+	defer func() { logRing, checkpointAt = ring, at }()
+	dir := t.TempDir()
+	s := open(t, dir, &clock{t0})
+	s.db.Close() // every checkpoint now fails
+	var err error
+	for i := 0; i < 200 && err == nil; i++ {
+		err = s.Save(fmt.Sprintf("key-%06d", i), record(i))
+	}
+	if err == nil || !strings.Contains(err.Error(), "the state log is full") || !strings.Contains(err.Error(), "database not open") {
+		t.Fatalf("Save with checkpoints failing: %v; want the log full, saying why", err)
+	}
+	if r, ok := s.Load("key-000001"); !ok || r.Response.IdempotencyKey != "key-000001" {
+		t.Fatalf("a record written before the log filled: %+v %v", r, ok)
+	}
+	s.Close()
+}
