@@ -130,14 +130,15 @@ type DocumentDevice struct {
 	Model    string            `json:"model,omitempty"`
 	Location *DocumentLocation `json:"location,omitempty"`
 	// Descriptive fields: the daemon shows them and acts on none of them.
-	FirmwareVersion  string             `json:"firmware_version,omitempty"`
-	HardwareRevision string             `json:"hardware_revision,omitempty"`
-	Certification    []string           `json:"certification,omitempty"`
-	Protocols        []DocumentProtocol `json:"protocols,omitempty"`
+	FirmwareVersion  string   `json:"firmware_version,omitempty"`
+	HardwareRevision string   `json:"hardware_revision,omitempty"`
+	Certification    []string `json:"certification,omitempty"`
+	// Protocols are how clients reach the device.
+	Protocols []DocumentProtocol `json:"protocols,omitempty"`
 }
 
-// DocumentProtocol is one way to reach the device as its manifest describes
-// it (network.protocols); the daemon listens where its flags say.
+// DocumentProtocol is one way to reach the device (network.protocols, which
+// serve holds to the transport it serves, or, without them, that transport).
 type DocumentProtocol struct {
 	Type    string `json:"type"`
 	Address string `json:"address,omitempty"`

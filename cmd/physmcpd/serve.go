@@ -126,6 +126,12 @@ func serve(ctx context.Context, cfg serveConfig, stdin io.Reader, stdout, stderr
 		logger.Error("cannot serve", "err", err)
 		return 1
 	}
+	if diags := checkProtocols(cfg, prof, m); len(diags) > 0 {
+		printDiags(stderr, diags)
+		if diags.HasErrors() {
+			return 1
+		}
+	}
 	if p == nil {
 		logger.Warn("no --policy given: every caller has role none, so tools that need a role are refused")
 	}

@@ -155,7 +155,7 @@ func serveHTTP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *e
 		return 1
 	}
 	defer stopAdopting()
-	api = mcpserver.WithMethods(api, meshMethods(e.Manifest(), prof.Name, ms, node.router(), e.QuorumCheck))
+	api = mcpserver.WithMethods(api, meshMethods(describedManifest(e.Manifest(), prof, ln.Addr()), prof.Name, ms, node.router(), e.QuorumCheck))
 	// /healthz and the status page's static files need no token; /metrics
 	// takes the token of /mcp (any role) unless --metrics-public puts it in
 	// front of the access rules.
