@@ -573,7 +573,7 @@ func eachLine(path, name string, fn func(n int, line []byte) error) error {
 			return fmt.Errorf("audit: read %s: %w", path, err)
 		}
 		if !bytes.HasSuffix(line, []byte("\n")) {
-			return &BreakError{File: name, Line: n, Reason: "torn last line (no newline)"}
+			return &BreakError{File: name, Line: n, Reason: "torn last line (no newline)", torn: true}
 		}
 		if err := fn(n, line[:len(line)-1]); errors.Is(err, errStop) {
 			return nil
@@ -638,6 +638,7 @@ type BreakError struct {
 	File   string
 	Line   int
 	Reason string
+	torn   bool // the file's last line has no newline
 }
 
 func (e *BreakError) Error() string { return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Reason) }
@@ -654,17 +655,23 @@ type Report struct {
 // before it are a plain chain). The error is a *BreakError for the first
 // break found, or a *KeyError when the trail is keyed and no key or another
 // key was given.
+//
+// A trail physmcpd is appending to checks too: HEAD is read before the
+// files, so the lines written meanwhile come after the line it names. They
+// must chain like any other and end within one write of HEAD as it is once
+// the files are read, and a torn last line after HEAD is a write in
+// progress (not counted).
 func Verify(dir string, opts ...Option) (Report, error) {
 	var rep Report
-	files, err := trailFiles(dir)
-	if err != nil {
-		return rep, err
-	}
 	anchor, err := readHead(filepath.Join(dir, anchorFile))
 	if err != nil {
 		return rep, err
 	}
 	hd, err := readHead(filepath.Join(dir, headFile))
+	if err != nil {
+		return rep, err
+	}
+	files, err := trailFiles(dir)
 	if err != nil {
 		return rep, err
 	}
@@ -695,8 +702,12 @@ func Verify(dir string, opts ...Option) (Report, error) {
 	}
 	var lastFile string
 	var lastN int
-	for _, name := range files {
+	for i, name := range files {
 		n, err := v.file(name)
+		var torn *BreakError
+		if errors.As(err, &torn) && torn.torn && i == len(files)-1 && v.headHash != "" {
+			n, err = torn.Line-1, nil
+		}
 		if err != nil {
 			return rep, err
 		}
@@ -710,20 +721,37 @@ func Verify(dir string, opts ...Option) (Report, error) {
 	if v.given != nil && v.key == nil && rep.Lines > 0 {
 		return rep, &BreakError{File: lastFile, Line: lastN, Reason: "a key was given but the trail is not keyed: it was written without one, or its keying was removed and the chain recomputed"}
 	}
-	if hd == nil {
+	if hd != nil {
+		switch {
+		case v.headHash == hd.Hash:
+		case v.headHash != "":
+			return rep, &BreakError{File: hd.File, Line: hd.Line, Reason: fmt.Sprintf("the line HEAD records hashes to %.12s…, HEAD says %.12s…: it was altered", v.headHash, hd.Hash)}
+		case hd.File == lastFile && hd.Line > lastN || hd.File > lastFile:
+			return rep, &BreakError{File: hd.File, Line: lastN + 1, Reason: fmt.Sprintf("line missing: HEAD records %s line %d, the trail ends at %s line %d", hd.File, hd.Line, lastFile, lastN)}
+		default:
+			return rep, &BreakError{File: hd.File, Line: hd.Line, Reason: fmt.Sprintf("the line HEAD records is missing (%s has fewer lines)", hd.File)}
+		}
+	}
+	// Lines after HEAD's chain like the others. There are at most one
+	// write's (maxBatch) past the newest HEAD: a write under way, or a crash
+	// between a write and its HEAD update. HEAD is read again because serve
+	// may have written many more while the files were read.
+	now, err := readHead(filepath.Join(dir, headFile))
+	if err != nil {
+		return rep, err
+	}
+	h := hd
+	if now != nil && (h == nil || now.File > h.File || now.File == h.File && now.Line > h.Line) {
+		h = now
+	}
+	if h == nil {
 		if rep.Lines > 0 {
 			return rep, &BreakError{File: lastFile, Line: lastN, Reason: "HEAD is missing, so the end of the trail cannot be checked"}
 		}
 		return rep, nil
 	}
-	switch {
-	case hd.File == lastFile && hd.Line == lastN && hd.Hash == v.prev:
-	case hd.File == lastFile && hd.Line < lastN && lastN-hd.Line <= maxBatch && v.headHash == hd.Hash:
-		// a crash between lines and their HEAD update (one write holds at most maxBatch)
-	case hd.File == lastFile && hd.Line > lastN || hd.File > lastFile:
-		return rep, &BreakError{File: hd.File, Line: lastN + 1, Reason: fmt.Sprintf("line missing: HEAD records %s line %d, the trail ends at %s line %d", hd.File, hd.Line, lastFile, lastN)}
-	default:
-		return rep, &BreakError{File: lastFile, Line: lastN, Reason: fmt.Sprintf("the trail does not end where HEAD says (%s line %d, hash %.12s…): the last lines were altered or added", hd.File, hd.Line, hd.Hash)}
+	if (h.File < lastFile || h.File == lastFile && h.Line < lastN) && (h.File != lastFile || lastN-h.Line > maxBatch) {
+		return rep, &BreakError{File: lastFile, Line: lastN, Reason: fmt.Sprintf("the trail does not end where HEAD says (%s line %d, hash %.12s…): the last lines were altered or added", h.File, h.Line, h.Hash)}
 	}
 	return rep, nil
 }
@@ -734,7 +762,8 @@ type verifier struct {
 	given *Key   // the key Verify was given, if any
 	key   *Key   // the chain's key from its keyed line on; nil while plain
 	prev  string // the chain value the next line must name
-	// head is HEAD, and headHash the chain value of the line it names
+	// head is HEAD (nil without one), and headHash the chain value of the
+	// line it names, once walked
 	head     *head
 	headHash string
 }
