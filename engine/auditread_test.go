@@ -6,6 +6,7 @@ import (
 
 	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/policy"
+	"github.com/physmcp/physmcpd/promcp"
 )
 
 // withAuditAll binds a new engine whose policy says defaults.audit_all: on.
@@ -47,6 +48,32 @@ func TestAuditAllPutsReadsInTheTrail(t *testing.T) {
 		if got.Outcome != engine.OutcomeRead || got.Tool != "read_water_temperature" || got.Caller != operator.Identity ||
 			got.Role != operator.Role || got.Quality != string(resp.Quality) || got.Applied != resp.Value {
 			t.Errorf("entry = %+v, read answered %+v", got, resp)
+		}
+	}
+}
+
+// A read the HTTP edge refused for the caller's role never reaches Read; it
+// is audited as refused all the same. A do_* refused there is only counted.
+func TestAuditAllRecordsReadsRefusedAtTheEdge(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		r := newRig(t)
+		var sink auditSink
+		e := withAuditAll(t, r, on, &sink)
+		e.NoteRefused(viewer, "read_water_temperature", promcp.PermissionInsufficient, "role none may not call read_water_temperature")
+		e.NoteRefused(viewer, "do_boiler_setpoint", promcp.PermissionInsufficient, "role none may not call do_boiler_setpoint")
+		if !on {
+			if len(sink.entries) != 0 {
+				t.Fatalf("audit_all off: %+v", sink.entries)
+			}
+			continue
+		}
+		if len(sink.entries) != 1 {
+			t.Fatalf("audit_all on: %d entries, want 1: %+v", len(sink.entries), sink.entries)
+		}
+		got := sink.entries[0]
+		if got.Outcome != engine.OutcomeRefused || got.Tool != "read_water_temperature" || got.Caller != viewer.Identity ||
+			got.Role != viewer.Role || got.Quality != string(promcp.QualityError) || got.Reason != "permission_insufficient: role none may not call read_water_temperature" {
+			t.Errorf("entry = %+v", got)
 		}
 	}
 }

@@ -133,12 +133,17 @@ func (t *toolCounters) doAnswered(resp promcp.DoResponse, outcome string) {
 	}
 }
 
-// NoteRefused counts a call of tool that a transport refused before it
-// reached the engine, because Permits said no (the HTTP edge answers 403).
-// A tool the engine does not serve is not counted.
-func (e *Engine) NoteRefused(tool string, p promcp.Permission) {
+// NoteRefused records a call of tool by caller that a transport refused
+// before it reached the engine, because Permits said no (the HTTP edge
+// answers 403): it is counted, and a read_* is audited under
+// defaults.audit_all as the reads the engine refuses are. A tool the engine
+// does not serve is not counted.
+func (e *Engine) NoteRefused(caller Caller, tool string, p promcp.Permission, reason string) {
 	if pt, ok := e.catalog().points[tool]; ok {
 		pt.counts.refused(p)
+		if pt.c.Kind == manifest.KindRead && e.auditReads() {
+			e.auditRead(caller, pt, e.refusedRead(pt, deny(p, "%s", reason)), true, 0)
+		}
 	} else if tool == "can_do" {
 		e.canDoCounts.refused(p)
 	}

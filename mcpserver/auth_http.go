@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/physmcp/physmcpd/auth"
+	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/promcp"
 )
@@ -51,8 +52,8 @@ type Access struct {
 	// tools/call of any other tool is refused with 403 before it runs.
 	Permits func(tool string, role manifest.Role) bool
 	// Refused is told of each call refused so (nil: nobody), for the
-	// engine's counts (engine.NoteRefused).
-	Refused func(tool string, p promcp.Permission)
+	// engine's counts and audit (engine.NoteRefused).
+	Refused func(caller engine.Caller, tool string, p promcp.Permission, reason string)
 	// AllowedOrigins are browser origins accepted besides same-origin and
 	// loopback ones, e.g. "https://console.example.com".
 	AllowedOrigins []string
@@ -345,7 +346,7 @@ func (p *protector) forbidden(w http.ResponseWriter, id json.RawMessage, tool st
 	reason := fmt.Sprintf("role %s may not call %s", principal.Role, tool)
 	p.acc.Logger.Info("tool call refused: role", "tool", tool, "caller", principal.Name, "role", principal.Role)
 	if p.acc.Refused != nil {
-		p.acc.Refused(tool, promcp.PermissionInsufficient)
+		p.acc.Refused(engine.Caller{Identity: principal.Name, Role: principal.Role}, tool, promcp.PermissionInsufficient, reason)
 	}
 	w.Header().Set("WWW-Authenticate", fmt.Sprintf("Bearer error=\"insufficient_scope\", error_description=%q", headerSafe(reason)))
 	writeJSON(w, http.StatusForbidden, rpcError(id, -32003, reason+"; nothing was written",
