@@ -257,6 +257,7 @@ func (e *Engine) CanDo(ctx context.Context, caller Caller, req promcp.CanDoReque
 
 	hits := e.pointMatches(in, req.Scope)
 	e.dryRuns(ctx, caller, in.Intent, hits)
+	hits = append(hits, e.unservedMatches(in, req.Scope)...)
 	hits = append(hits, e.operationMatches(ctx, caller, in, req.Scope)...)
 	// Candidates and blocked entries are built only for the matches the
 	// report keeps: the cap is what bounds the answer.

@@ -79,6 +79,8 @@ type hit struct {
 	vocab *point
 	m     match
 	d     decision
+	// notServed is the capability behind a hit not served (notserved.go).
+	notServed *manifest.NotServed
 }
 
 // pointMatches are the read_* and do_* tools in scope that match in, in the
@@ -151,6 +153,9 @@ func (e *Engine) hitBlocked(in query, h *hit) promcp.Blocked {
 		if h.pt.adopted != nil && d.permission == promcp.SourceUnreachable {
 			// PhysMCP's word for a lost device, as its blocked entries name it
 			b.Reason = "device_offline: " + b.Reason
+		}
+		if h.notServed != nil {
+			b.DeviceID = h.notServed.Device
 		}
 	}
 	if !d.clearsAt.IsZero() {

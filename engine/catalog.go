@@ -29,6 +29,8 @@ type catalog struct {
 	byLocation map[string][]*point
 	buses      map[string]drivers.Bus
 	busCounts  map[string]*busCounters // by bus name
+	// unserved are m.NotServed, as can_do matches them (notserved.go).
+	unserved []unserved
 
 	// index finds can_do's matches (cando_index.go).
 	index struct {
@@ -39,9 +41,10 @@ type catalog struct {
 
 func (e *Engine) catalog() *catalog { return e.cat.Load() }
 
-// setTools makes the tools of m cat's.
+// setTools makes the tools of m cat's, and the capabilities it does not serve.
 func (cat *catalog) setTools() {
 	cat.tools = toolList(cat.m)
+	cat.unserved = unservedOf(cat.m)
 	cat.served = make(map[string]bool, len(cat.tools))
 	for _, t := range cat.tools {
 		cat.served[t.Name] = true
@@ -56,9 +59,11 @@ func (e *Engine) Serves(tool string) bool { return e.catalog().served[tool] }
 // a device learned while the daemon runs, or adopted again after its
 // capabilities changed. A tool kept across the change keeps its cooldown
 // and rate-limit history; a tool new to this run gets its persisted
-// history back. Every tool name must be free on this device. A bus object
-// replaced by b is closed; b itself is closed by Unadopt or Close.
-func (e *Engine) Adopt(src *manifest.Bus, b drivers.Bus, caps []*manifest.Capability) error {
+// history back. Every tool name must be free on this device. notServed are
+// the device's capabilities it does not serve (their names are others', or
+// no tool names): can_do lists them blocked. A bus object replaced by b is
+// closed; b itself is closed by Unadopt or Close.
+func (e *Engine) Adopt(src *manifest.Bus, b drivers.Bus, caps []*manifest.Capability, notServed []*manifest.NotServed) error {
 	if src == nil || src.Name == "" || src.MCP == nil {
 		return errors.New("adopt: an mcp bus with a name is required")
 	}
@@ -77,6 +82,12 @@ func (e *Engine) Adopt(src *manifest.Bus, b drivers.Bus, caps []*manifest.Capabi
 			return fmt.Errorf("adopt: %s is already served from bus %s", c.ToolName(), pt.c.Binding.Bus)
 		}
 	}
+	for _, ns := range notServed {
+		if ns.Capability.Binding.Bus != src.Name {
+			return fmt.Errorf("adopt: capability %s (not served) is bound to bus %s, not %s", ns.Capability.ToolName(), ns.Capability.Binding.Bus, src.Name)
+		}
+	}
+	next.m.NotServed = append(next.m.NotServed, notServed...)
 	next.m.Buses[src.Name] = src
 	next.buses[src.Name] = b
 	var history map[string]WriteHistory
@@ -118,7 +129,7 @@ func (e *Engine) Adopt(src *manifest.Bus, b drivers.Bus, caps []*manifest.Capabi
 			e.log.Debug("closing a replaced adopted bus", "bus", src.Name, "err", err)
 		}
 	}
-	e.log.Info("adopted", "bus", src.Name, "tools", len(caps), "served", len(next.points))
+	e.log.Info("adopted", "bus", src.Name, "tools", len(caps), "not_served", len(notServed), "served", len(next.points))
 	e.changed()
 	return nil
 }
@@ -188,7 +199,7 @@ func (e *Engine) retire(pts []*point, why string) {
 	}
 }
 
-// without is a copy of c with nothing bound to bus (its bus entries stay):
+// without is a copy of c with nothing bound to bus, served or not (its bus entries stay):
 // the copy's maps, slices and manifest are its own, the points shared.
 func (c *catalog) without(bus string) (*catalog, []*point) {
 	m := *c.m
@@ -197,6 +208,7 @@ func (c *catalog) without(bus string) (*catalog, []*point) {
 		m.Buses = map[string]*manifest.Bus{}
 	}
 	m.Capabilities = slices.DeleteFunc(slices.Clone(c.m.Capabilities), func(cap *manifest.Capability) bool { return cap.Binding.Bus == bus })
+	m.NotServed = slices.DeleteFunc(slices.Clone(c.m.NotServed), func(ns *manifest.NotServed) bool { return ns.Capability.Binding.Bus == bus })
 	next := &catalog{m: &m, points: map[string]*point{}, byLocation: map[string][]*point{},
 		buses: maps.Clone(c.buses), busCounts: maps.Clone(c.busCounts)}
 	if next.buses == nil {

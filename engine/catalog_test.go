@@ -128,7 +128,7 @@ func TestAdoptWhileServing(t *testing.T) {
 	})
 	defer func() { cancel(); wg.Wait() }()
 
-	if err := e.Adopt(bus, src, adoptedCaps("dev1", "read_fan_speed", "do_fan_speed", "read_fan_power")); err != nil {
+	if err := e.Adopt(bus, src, adoptedCaps("dev1", "read_fan_speed", "do_fan_speed", "read_fan_power"), nil); err != nil {
 		t.Fatal(err)
 	}
 	names := toolNames(e)
@@ -146,7 +146,7 @@ func TestAdoptWhileServing(t *testing.T) {
 	}
 
 	// the device changes: read_fan_power is gone; do_fan_speed keeps its cooldown
-	if err := e.Adopt(bus, src, adoptedCaps("dev1", "read_fan_speed", "do_fan_speed")); err != nil {
+	if err := e.Adopt(bus, src, adoptedCaps("dev1", "read_fan_speed", "do_fan_speed"), nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.Read(ctx, operator, "read_fan_power"); !errors.Is(err, engine.ErrUnknownTool) {
@@ -161,10 +161,10 @@ func TestAdoptWhileServing(t *testing.T) {
 
 	// a name another bus serves is refused, and nothing changes
 	other := &manifest.Bus{Name: "dev2", Type: manifest.BusMCP, MCP: &manifest.MCPBus{URL: "http://127.0.0.1:10/mcp"}}
-	if err := e.Adopt(other, &fakeSource{}, adoptedCaps("dev2", "read_fan_speed")); err == nil {
+	if err := e.Adopt(other, &fakeSource{}, adoptedCaps("dev2", "read_fan_speed"), nil); err == nil {
 		t.Error("adopting a tool name already served: no error")
 	}
-	if err := e.Adopt(other, &fakeSource{}, adoptedCaps("dev2", "read_boiler_setpoint")); err == nil {
+	if err := e.Adopt(other, &fakeSource{}, adoptedCaps("dev2", "read_boiler_setpoint"), nil); err == nil {
 		t.Error("adopting a name of the manifest's own: no error")
 	}
 
@@ -192,5 +192,47 @@ func TestAdoptWhileServing(t *testing.T) {
 	}
 	if err := e.Unadopt("mb"); err == nil {
 		t.Error("unadopting a bus of the manifest: no error")
+	}
+}
+
+// A device's capability given as not served (its name is another
+// device's) is no tool, but can_do lists it blocked physmcp:not_served with
+// the reason, the device and where it is adopted from, until the device is
+// no longer adopted.
+func TestAdoptNotServed(t *testing.T) {
+	e := newRig(t).e
+	ctx := context.Background()
+	dev1 := &manifest.Bus{Name: "dev1", Type: manifest.BusMCP, MCP: &manifest.MCPBus{URL: "http://127.0.0.1:9/mcp"}}
+	dev2 := &manifest.Bus{Name: "dev2", Type: manifest.BusMCP, MCP: &manifest.MCPBus{URL: "http://127.0.0.1:10/mcp"}}
+	if err := e.Adopt(dev1, &fakeSource{values: map[string]any{"read_fan_speed": 1.0}}, adoptedCaps("dev1", "read_fan_speed"), nil); err != nil {
+		t.Fatal(err)
+	}
+	lost := &manifest.NotServed{Capability: adoptedCaps("dev2", "read_fan_speed")[0], Device: "gh2", Reason: "name_collision: dev1 serves that name"}
+	if err := e.Adopt(dev2, &fakeSource{}, nil, []*manifest.NotServed{{Capability: adoptedCaps("dev1", "read_fan_power")[0]}}); err == nil {
+		t.Error("a capability not served bound to another bus: no error")
+	}
+	if err := e.Adopt(dev2, &fakeSource{}, nil, []*manifest.NotServed{lost}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(slices.DeleteFunc(toolNames(e), func(n string) bool { return n != "read_fan_speed" })); n != 1 {
+		t.Errorf("tools: %v; read_fan_speed is served once", toolNames(e))
+	}
+	intent := promcp.CanDoRequest{Intent: promcp.Intent{SemanticTags: []string{"fan"}, Action: "read"}}
+	rep, err := e.CanDo(ctx, operator, intent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Candidates) != 1 || rep.Candidates[0].AdoptedFrom.SourceAddress != "http://127.0.0.1:9/mcp" {
+		t.Errorf("candidates: %+v; want dev1's read_fan_speed", rep.Candidates)
+	}
+	if len(rep.Blocked) != 1 || rep.Blocked[0].Capability != "read_fan_speed" || rep.Blocked[0].Permission != promcp.NotServed ||
+		rep.Blocked[0].Reason != lost.Reason || rep.Blocked[0].DeviceID != "gh2" || rep.Blocked[0].AdoptedFrom.SourceAddress != "http://127.0.0.1:10/mcp" {
+		t.Errorf("blocked: %+v; want dev2's read_fan_speed not served", rep.Blocked)
+	}
+	if err := e.Unadopt("dev2"); err != nil {
+		t.Fatal(err)
+	}
+	if rep, _ := e.CanDo(ctx, operator, intent); len(rep.Blocked) != 0 || len(e.Manifest().NotServed) != 0 {
+		t.Errorf("after dev2 is no longer adopted: blocked %+v, not served %v", rep.Blocked, e.Manifest().NotServed)
 	}
 }

@@ -224,13 +224,7 @@ func (e *Engine) bind(cat *catalog, c *manifest.Capability, bus drivers.Bus) err
 		pt.bus = &busCounters{name: c.Binding.Bus, typ: c.Binding.Type}
 		cat.busCounts[c.Binding.Bus] = pt.bus
 	}
-	pt.vocab = map[string]bool{}
-	for _, t := range c.SemanticTags {
-		pt.vocab[strings.ToLower(t)] = true
-	}
-	for _, w := range pt.nameWords {
-		pt.vocab[w] = true
-	}
+	pt.vocab = vocabulary(c, pt.nameWords)
 	if pt.site = e.sites[pt.location]; pt.site == nil {
 		pt.site = &site{key: pt.location}
 		e.sites[pt.location] = pt.site
@@ -238,6 +232,19 @@ func (e *Engine) bind(cat *catalog, c *manifest.Capability, bus drivers.Bus) err
 	cat.points[pt.tool] = pt
 	cat.byLocation[pt.location] = append(cat.byLocation[pt.location], pt)
 	return nil
+}
+
+// vocabulary is what can_do matches c on: its semantic tags and the words
+// of its name.
+func vocabulary(c *manifest.Capability, nameWords []string) map[string]bool {
+	vocab := map[string]bool{}
+	for _, t := range c.SemanticTags {
+		vocab[strings.ToLower(t)] = true
+	}
+	for _, w := range nameWords {
+		vocab[w] = true
+	}
+	return vocab
 }
 
 // toolList is the tools of m: its capabilities' read_* and do_* in manifest

@@ -80,7 +80,7 @@ func (h *histogram) snapshot() Histogram {
 var RefusalPermissions = [...]promcp.Permission{
 	promcp.RequiresHumanApproval, promcp.PolicyDenied, promcp.RateLimited, promcp.CooldownActive, promcp.OutOfRange,
 	promcp.PermissionInsufficient, promcp.SourceUnreachable, promcp.PartitionNoQuorum,
-	promcp.DeviceRejected, promcp.Superseded, PermissionNone,
+	promcp.DeviceRejected, promcp.Superseded, promcp.NotServed, PermissionNone,
 }
 
 // PermissionNone is what a failed do_* without a permission is counted under.

@@ -82,14 +82,17 @@ const (
 )
 
 // Adopt takes all of a source's read_* (or read_* and do_*) as capabilities
-// of this device, each named prefix + the source's capability name.
+// of this device, each named prefix + the names rule applied to the
+// source's capability name (adopt_names.go).
 type Adopt struct {
-	Tools        AdoptTools `yaml:"tools,required"`
-	Prefix       string     `yaml:"prefix"`
-	SemanticTags []string   `yaml:"semantic_tags"`
-	CacheTTLMs   *int       `yaml:"cache_ttl_ms"`
-	TimeoutMs    *int       `yaml:"timeout_ms"`
-	Group        string     `yaml:"group"`
+	Tools  AdoptTools `yaml:"tools,required"`
+	Prefix string     `yaml:"prefix"`
+	// Names is as_is, device_prefixed or a template (CapabilityName).
+	Names        string   `yaml:"names"`
+	SemanticTags []string `yaml:"semantic_tags"`
+	CacheTTLMs   *int     `yaml:"cache_ttl_ms"`
+	TimeoutMs    *int     `yaml:"timeout_ms"`
+	Group        string   `yaml:"group"`
 	// GroupBy puts each device of a mesh source in a group of its own
 	// zone (GroupByZone) or device id (GroupByDevice).
 	GroupBy string `yaml:"group_by"`
@@ -257,6 +260,7 @@ func (v *validator) mcpBus(b *Bus, path string) {
 		if a.At.Has("group_by") && !k.Mesh {
 			v.errorf(a.At.Of("group_by"), ap+".group_by", "group_by only applies to a mesh source (mesh: true); give this device's group in group")
 		}
+		v.checkNames(b, a, ap)
 		v.usedBus[b.Name] = true
 	}
 }

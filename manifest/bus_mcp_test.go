@@ -1,6 +1,9 @@
 package manifest
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 const (
 	proxyNode  = "../examples/proxy/proxy-node/physmcp.manifest.yml"
@@ -54,7 +57,7 @@ var meshSourceEdits = []edit{
 	{name: "mesh source without a keyring", base: meshAggregator, old: "    key_file: ../../mesh/mesh.key\n", new: "", at: "mesh: ^true", msg: "give network.mesh.key_file"},
 	{name: "mesh source and a url", base: meshAggregator, old: "    mesh: true\n", new: "    mesh: true\n    url: http://10.0.0.7:8765/mcp\n", at: "mesh: ^true", msg: "give one source: url and mesh are both set"},
 	{name: "mesh false", base: meshAggregator, old: "    mesh: true\n", new: "    mesh: false\n", at: "mesh: ^false", msg: "mesh: false adopts nothing"},
-	{name: "mesh source without adopt", base: meshAggregator, old: "    adopt: {tools: all, group_by: zone, cache_ttl_ms: 2000}\n", new: "", at: "mesh: ^true", msg: "give adopt (tools, and group_by or group)"},
+	{name: "mesh source without adopt", base: meshAggregator, old: "    adopt: {tools: all, group_by: zone, names: device_prefixed, cache_ttl_ms: 2000}\n", new: "", at: "mesh: ^true", msg: "give adopt (tools, and group_by or group)"},
 	{name: "mesh source without a group", base: meshAggregator, old: "group_by: zone, ", new: "", at: "{tools: all", msg: "give group_by: zone (or device), or group"},
 	{name: "mesh source with group and group_by", base: meshAggregator, old: "group_by: zone,", new: "group_by: zone, group: site,", at: "zone, group", msg: "not both"},
 	{name: "mesh source group_by unknown", base: meshAggregator, old: "group_by: zone", new: "group_by: area", at: "area", msg: `must be zone (a group per zone) or device (a group per device), got "area"`},
@@ -65,3 +68,62 @@ var meshSourceEdits = []edit{
 }
 
 func TestMeshSourceFindings(t *testing.T) { runEdits(t, meshSourceEdits) }
+
+// namesEdits are findings about adopt.names, at the key.
+var namesEdits = []edit{
+	{name: "names unknown", base: aggregator, old: "group: plant_room", new: "group: plant_room, names: by_device", at: "by_device", msg: `must be as_is, device_prefixed or a template with {device} and {capability} such as {device}_{capability}, got "by_device"`},
+	{name: "names template without device", base: meshAggregator, old: "names: device_prefixed", new: "names: \"site_{capability}\"", at: "\"site_", msg: "must hold {device} exactly once"},
+	{name: "names template without capability", base: aggregator, old: "group: plant_room", new: "group: plant_room, names: \"{device}_pump\"", at: "\"{device}_pump", msg: "must hold {capability} exactly once"},
+	{name: "names template twice", base: aggregator, old: "group: plant_room", new: "group: plant_room, names: \"{device}_{capability}_{capability}\"", at: "\"{device}_{capability}_{cap", msg: "must hold {capability} exactly once"},
+	{name: "names template side by side", base: meshAggregator, old: "names: device_prefixed", new: "names: \"{device}{capability}\"", at: "\"{device}{cap", msg: "put a separator such as _ between {device} and {capability}"},
+	{name: "names template unknown placeholder", base: meshAggregator, old: "names: device_prefixed", new: "names: \"{zone}_{device}_{capability}\"", at: "\"{zone}", msg: "unknown placeholder {zone}"},
+	{name: "names template unclosed", base: meshAggregator, old: "names: device_prefixed", new: "names: \"{device}_{capability\"", at: "\"{device}_{capability\"", msg: "a { without its }"},
+	{name: "names template upper case", base: meshAggregator, old: "names: device_prefixed", new: "names: \"{device}-{capability}\"", at: "\"{device}-", msg: `"-" may hold only lowercase letters`},
+	{name: "names template starts with a digit", base: meshAggregator, old: "names: device_prefixed", new: "names: \"1_{device}_{capability}\"", at: "\"1_", msg: "must start with a letter or a placeholder"},
+	{name: "names by device on a bus named with a dash", base: aggregator, old: "  pump:\n    type: mcp\n    url: http://127.0.0.1:8773/mcp\n    token_file: device.token\n    adopt: {tools: all,",
+		new: "  pump-1:\n    type: mcp\n    url: http://127.0.0.1:8773/mcp\n    token_file: device.token\n    adopt: {tools: all, names: device_prefixed,", at: "device_prefixed", msg: `bus name "pump-1" is not a name`},
+}
+
+func TestAdoptNamesFindings(t *testing.T) { runEdits(t, namesEdits) }
+
+// The names rules: the defaults (device_prefixed for the mesh source, as_is
+// for a listed one), the read_/do_ verb in front, prefix before the rest,
+// and templates that put the device before or after.
+func TestAdoptNames(t *testing.T) {
+	m, diags := Parse("m.yml", []byte(strings.Replace(readFile(t, meshAggregator), "names: device_prefixed, ", "", 1)))
+	if m == nil {
+		t.Fatal(diags)
+	}
+	if a := m.Buses["devices"].MCP.Adopt; a.Names != NamesDevicePrefixed || a.CapabilityName("gh1", "air_temperature") != "gh1_air_temperature" {
+		t.Errorf("mesh source default: names %q, air_temperature of gh1 → %q", a.Names, a.CapabilityName("gh1", "air_temperature"))
+	}
+	if m, diags = Parse("m.yml", []byte(readFile(t, aggregator))); m == nil {
+		t.Fatal(diags)
+	}
+	if a := m.Buses["pump"].MCP.Adopt; a.Names != NamesAsIs || a.CapabilityName("pump", "speed") != "speed" {
+		t.Errorf("listed source default: names %q, speed of pump → %q", a.Names, a.CapabilityName("pump", "speed"))
+	}
+	for _, tc := range []struct{ names, prefix, want string }{
+		{NamesAsIs, "", "vent_fan"},
+		{NamesAsIs, "site_", "site_vent_fan"},
+		{NamesDevicePrefixed, "", "gh1_vent_fan"},
+		{NamesDevicePrefixed, "site_", "site_gh1_vent_fan"},
+		{"{capability}_{device}", "", "vent_fan_gh1"},
+		{"site_{device}__{capability}_x", "", "site_gh1__vent_fan_x"},
+	} {
+		a := &Adopt{Names: tc.names, Prefix: tc.prefix}
+		c := &Capability{Kind: KindDo, Name: a.CapabilityName("gh1", "vent_fan")}
+		if c.Name != tc.want || c.ToolName() != "do_"+tc.want || namesProblem(tc.names) != "" {
+			t.Errorf("names %q prefix %q: %q (tool %s, problem %q), want %q", tc.names, tc.prefix, c.Name, c.ToolName(), namesProblem(tc.names), tc.want)
+		}
+	}
+	for tool, want := range map[string]string{
+		"read_gh1_air_temperature":        "",
+		"read_Gh1":                        "is not a tool name",
+		"read_" + strings.Repeat("x", 60): "the limit is 64",
+	} {
+		if got := ToolNameProblem(tool); want == "" && got != "" || !strings.Contains(got, want) {
+			t.Errorf("ToolNameProblem(%q) = %q, want %q", tool, got, want)
+		}
+	}
+}

@@ -29,6 +29,9 @@ type Manifest struct {
 	SafeState  *SafeState   `yaml:"safe_state"`
 	// Profile is full (default) or lite; the command line may override it.
 	Profile string `yaml:"profile"`
+	// NotServed are the capabilities adopted devices offer that are not
+	// served (adopt_names.go); none in a manifest file.
+	NotServed []*NotServed `yaml:"-"`
 
 	At Positions `yaml:"-"`
 }

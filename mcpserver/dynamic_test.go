@@ -44,7 +44,8 @@ func adoptInto(t *testing.T, e *engine.Engine, bus, url, group string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Adopt(&manifest.Bus{Name: bus, Type: manifest.BusMCP, MCP: src}, b, adopt.Adopted(bus, src.Adopt, tools, quietLogger())); err != nil {
+	caps, _ := adopt.Adopted(bus, bus, src.Adopt, tools, quietLogger())
+	if err := e.Adopt(&manifest.Bus{Name: bus, Type: manifest.BusMCP, MCP: src}, b, caps, nil); err != nil {
 		t.Fatal(err)
 	}
 }

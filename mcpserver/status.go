@@ -106,7 +106,8 @@ type StatusOptions struct {
 // from the cache while younger than statusMaxAge), the do_* tools it may
 // call (what blocks them now and until when) and the calls of them waiting
 // for a person's approval, the breakers of the devices behind those tools,
-// and the audit lines about them. It must sit behind
+// the audit lines about them, and the capabilities adopted devices offer
+// that are not served (as can_do shows them to any caller). It must sit behind
 // Protect. Every other request goes to next.
 func StatusAPI(e *engine.Engine, opts StatusOptions, next http.Handler) http.Handler {
 	if opts.Now == nil {
@@ -143,6 +144,17 @@ type statusBody struct {
 	// Approvals are the calls waiting for a person's answer, which is given
 	// in the client of the agent that made the call.
 	Approvals []statusApproval `json:"approvals"`
+	// NotServed are the capabilities adopted devices offer that are not
+	// served (a name another device's serves, or no tool name), as can_do
+	// lists them blocked.
+	NotServed []statusNotServed `json:"not_served"`
+}
+
+type statusNotServed struct {
+	Tool   string `json:"tool"`
+	Device string `json:"device"`
+	Bus    string `json:"bus"`
+	Reason string `json:"reason"`
 }
 
 type statusApproval struct {
@@ -207,7 +219,10 @@ func statusOf(ctx context.Context, e *engine.Engine, opts StatusOptions) statusB
 		Caller:   statusCaller{Name: caller.Identity, Role: caller.Role},
 		Time:     promcp.Time(now),
 		Readings: []statusRead{}, Actions: []statusAction{}, Buses: []statusBus{},
-		Audit: statusAudit{Kept: opts.AuditTail != nil, Lines: []json.RawMessage{}}, Approvals: []statusApproval{},
+		Audit: statusAudit{Kept: opts.AuditTail != nil, Lines: []json.RawMessage{}}, Approvals: []statusApproval{}, NotServed: []statusNotServed{},
+	}
+	for _, ns := range m.NotServed {
+		body.NotServed = append(body.NotServed, statusNotServed{Tool: ns.Capability.ToolName(), Device: ns.Device, Bus: ns.Capability.Binding.Bus, Reason: ns.Reason})
 	}
 	sees := func(tool string) bool { return e.Permits(tool, caller.Role) }
 	for _, t := range e.Tools() {

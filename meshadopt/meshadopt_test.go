@@ -3,12 +3,14 @@ package meshadopt_test
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -90,7 +92,17 @@ func simEngine(t *testing.T, m *manifest.Manifest, p *policy.Policy) *engine.Eng
 // accepted. credentials receives the Authorization of every request.
 func device(t *testing.T, name string, keys [][]byte, credentials chan<- string) string {
 	t.Helper()
+	url, _ := deviceAs(t, name, "", keys, credentials)
+	return url
+}
+
+// deviceAs is device with the device id id ("": the example's), and its engine.
+func deviceAs(t *testing.T, name, id string, keys [][]byte, credentials chan<- string) (string, *engine.Engine) {
+	t.Helper()
 	m, p := load(t, "../examples/mesh/"+name)
+	if id != "" {
+		m.Device.ID = id
+	}
 	e := simEngine(t, m, p)
 	s, err := mcpserver.New(e, mcpserver.Options{Logger: quiet, Caller: mcpserver.CallerFrom(engine.Caller{Identity: "local", Role: manifest.RoleNone})})
 	if err != nil {
@@ -113,7 +125,7 @@ func device(t *testing.T, name string, keys [][]byte, credentials chan<- string)
 		h.CloseSessions(context.Background())
 		ts.Close()
 	})
-	return ts.URL + mcpserver.EndpointPath
+	return ts.URL + mcpserver.EndpointPath, e
 }
 
 // counting counts the adoptions it passes on.
@@ -123,11 +135,11 @@ type counting struct {
 	adopted map[string]int
 }
 
-func (c *counting) Adopt(src *manifest.Bus, b drivers.Bus, caps []*manifest.Capability) error {
+func (c *counting) Adopt(src *manifest.Bus, b drivers.Bus, caps []*manifest.Capability, notServed []*manifest.NotServed) error {
 	c.mu.Lock()
 	c.adopted[src.Name]++
 	c.mu.Unlock()
-	return c.Engine.Adopt(src, b, caps)
+	return c.Engine.Adopt(src, b, caps, notServed)
 }
 
 func (c *counting) times(bus string) int {
@@ -182,13 +194,13 @@ func TestAdoptsTheMembership(t *testing.T) {
 		mesh.Peer{NodeID: "irrigation_pump_01", DeviceID: "irrigation_pump_01", Zone: "Zone B", Endpoint: irrigationURL, State: mesh.Alive})
 	a.Sync(ctx)
 
-	want := map[string]string{"read_air_temperature": "greenhouse_a", "do_vent_fan": "greenhouse_a", "read_vent_fan": "greenhouse_a",
-		"read_outdoor_temperature": "outdoor", "read_rain_rate": "outdoor"}
+	want := map[string]string{"read_greenhouse_controller_01_air_temperature": "greenhouse_a", "do_greenhouse_controller_01_vent_fan": "greenhouse_a",
+		"read_greenhouse_controller_01_vent_fan": "greenhouse_a", "read_weather_station_01_outdoor_temperature": "outdoor", "read_weather_station_01_rain_rate": "outdoor"}
 	if got := served(agg.Engine); !maps.Equal(got, want) {
 		t.Fatalf("served after the first sync: %v, want %v", got, want)
 	}
 	op := engine.Caller{Identity: "op", Role: manifest.RoleOperator}
-	if r, err := agg.Do(ctx, op, "do_vent_fan", promcp.DoRequest{Value: true, IdempotencyKey: "k1"}); err != nil || r.Status != promcp.StatusSuccess {
+	if r, err := agg.Do(ctx, op, "do_greenhouse_controller_01_vent_fan", promcp.DoRequest{Value: true, IdempotencyKey: "k1"}); err != nil || r.Status != promcp.StatusSuccess {
 		t.Fatalf("do_vent_fan through the mesh source: %+v %v", r, err)
 	}
 	checkCredentials(t, credentials)
@@ -205,7 +217,7 @@ func TestAdoptsTheMembership(t *testing.T) {
 		t.Errorf("can_do with the greenhouse controller dead: %+v", rep)
 	}
 	checkCredentials(t, credentials) // drains them
-	if r, _ := agg.Do(ctx, op, "do_vent_fan", promcp.DoRequest{Value: false, IdempotencyKey: "k2"}); r.Permission != promcp.SourceUnreachable || len(credentials) > 0 {
+	if r, _ := agg.Do(ctx, op, "do_greenhouse_controller_01_vent_fan", promcp.DoRequest{Value: false, IdempotencyKey: "k2"}); r.Permission != promcp.SourceUnreachable || len(credentials) > 0 {
 		t.Errorf("do_vent_fan with the device dead in the mesh: %+v, %d requests reached it; want source_unreachable and none", r, len(credentials))
 	}
 
@@ -213,7 +225,7 @@ func TestAdoptsTheMembership(t *testing.T) {
 	greenhouse.State = mesh.Alive
 	membership.set(greenhouse, weather)
 	a.Sync(ctx)
-	if r, err := agg.Read(ctx, op, "read_air_temperature"); err != nil || r.Quality != promcp.QualityGood {
+	if r, err := agg.Read(ctx, op, "read_greenhouse_controller_01_air_temperature"); err != nil || r.Quality != promcp.QualityGood {
 		t.Errorf("read_air_temperature after the device came back: %+v %v", r, err)
 	}
 	if n := agg.times("devices/greenhouse_controller_01"); n != 2 {
@@ -232,7 +244,7 @@ func TestAdoptsTheMembership(t *testing.T) {
 	// forgotten by the mesh: no longer served
 	membership.set(greenhouse)
 	a.Sync(ctx)
-	if got := served(agg.Engine); got["read_rain_rate"] != "" || got["read_air_temperature"] != "greenhouse_a" {
+	if got := served(agg.Engine); got["read_weather_station_01_rain_rate"] != "" || got["read_greenhouse_controller_01_air_temperature"] != "greenhouse_a" {
 		t.Errorf("served after the weather station was forgotten: %v", got)
 	}
 }
@@ -252,4 +264,165 @@ func checkCredentials(t *testing.T, credentials chan string) {
 			t.Errorf("credential claims %+v", claims)
 		}
 	}
+}
+
+// twoGreenhouses serves the examples/mesh greenhouse controller twice, as
+// greenhouse_controller_01 and _02 (the same manifest, another device id),
+// and returns their peers and engines by id.
+func twoGreenhouses(t *testing.T, keys [][]byte) (map[string]mesh.Peer, map[string]*engine.Engine) {
+	t.Helper()
+	peers, engines := map[string]mesh.Peer{}, map[string]*engine.Engine{}
+	for _, id := range []string{"greenhouse_controller_01", "greenhouse_controller_02"} {
+		url, e := deviceAs(t, "greenhouse", id, keys, make(chan string))
+		peers[id] = mesh.Peer{NodeID: id, DeviceID: id, Zone: "greenhouse_a", Profile: "full", Endpoint: url, CapsHash: "h", State: mesh.Alive, Since: time.Now()}
+		engines[id] = e
+	}
+	return peers, engines
+}
+
+// calls is how many calls of tool reached e, and how many of them e
+// answered from its idempotency store.
+func calls(e *engine.Engine, tool string) (calls, replays uint64) {
+	for _, s := range e.Stats().Tools {
+		if s.Tool == tool {
+			return s.Calls, s.Replays
+		}
+	}
+	return 0, 0
+}
+
+// Two identical devices (the same manifest, another device id) behind one
+// aggregator over the mesh, under names: device_prefixed (the mesh source's default): both are
+// served, each tool under its device's name, whichever joined first, and a
+// do_ through each name acts once on its own device, with the caller's key.
+func TestIdenticalDevicesServedApart(t *testing.T) {
+	key := make([]byte, 32)
+	rand.Read(key)
+	keys := [][]byte{key}
+	peers, devices := twoGreenhouses(t, keys)
+	m, p := load(t, "../examples/site/mesh-aggregator")
+	agg := simEngine(t, m, p)
+	membership := &members{}
+	a, err := meshadopt.New(meshadopt.Config{Source: m.MeshSource(), Node: "site_mesh_aggregator_01", Keys: keys, Logger: quiet}, membership, agg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	membership.set(peers["greenhouse_controller_02"]) // the higher id first
+	a.Sync(ctx)
+	membership.set(peers["greenhouse_controller_02"], peers["greenhouse_controller_01"])
+	a.Sync(ctx)
+	want := map[string]string{}
+	for _, id := range []string{"greenhouse_controller_01", "greenhouse_controller_02"} {
+		for _, tool := range []string{"read_%s_air_temperature", "read_%s_vent_fan", "do_%s_vent_fan"} {
+			want[fmt.Sprintf(tool, id)] = "greenhouse_a"
+		}
+	}
+	if got := served(agg); !maps.Equal(got, want) {
+		t.Fatalf("served: %v, want %v", got, want)
+	}
+
+	op := engine.Caller{Identity: "op", Role: manifest.RoleOperator}
+	for i, id := range []string{"greenhouse_controller_01", "greenhouse_controller_02"} {
+		tool, k := "do_"+id+"_vent_fan", fmt.Sprintf("key-%d", i)
+		for range 3 { // retried with one key: acts once
+			if r, err := agg.Do(ctx, op, tool, promcp.DoRequest{Value: true, IdempotencyKey: k}); err != nil || r.Status != promcp.StatusSuccess {
+				t.Fatalf("%s through the aggregator: %+v %v", tool, r, err)
+			}
+		}
+		if n, _ := calls(devices[id], "do_vent_fan"); n != 1 {
+			t.Errorf("%s: %d calls of do_vent_fan reached %s, want 1", tool, n, id)
+		}
+		// the device knows the caller's key: asked directly with it, it replays
+		if r, err := devices[id].Do(ctx, op, "do_vent_fan", promcp.DoRequest{Value: true, IdempotencyKey: k}); err != nil || r.Status != promcp.StatusSuccess {
+			t.Fatalf("do_vent_fan at %s with the caller's key: %+v %v", id, r, err)
+		}
+		if n, replays := calls(devices[id], "do_vent_fan"); n != 2 || replays != 1 {
+			t.Errorf("%s: do_vent_fan with the caller's key again: %d calls, %d replays; want the second replayed", id, n, replays)
+		}
+		if r, err := devices[id].Read(ctx, op, "read_vent_fan"); err != nil || r.Value != true {
+			t.Errorf("%s reads its fan %v %v after its do_, want true", id, r.Value, err)
+		}
+		if other := devices["greenhouse_controller_0"+strconv.Itoa(2-i)]; i == 0 {
+			if r, _ := other.Read(ctx, op, "read_vent_fan"); r.Value != false {
+				t.Errorf("greenhouse_controller_02's fan is %v after greenhouse_controller_01's do_; nothing was sent to it", r.Value)
+			}
+		}
+	}
+}
+
+// Under names: as_is, two identical devices offer the same names: the
+// device of the lower id serves them, whichever joined first, and the
+// other's are blocked in can_do (physmcp:not_served, the reason naming the
+// device that serves them) instead of missing; when the mesh forgets the
+// first, the other takes the names over.
+func TestIdenticalDevicesAsIsCollide(t *testing.T) {
+	key := make([]byte, 32)
+	rand.Read(key)
+	keys := [][]byte{key}
+	ctx := context.Background()
+	op := engine.Caller{Identity: "op", Role: manifest.RoleOperator}
+	for _, order := range [][]string{{"greenhouse_controller_02", "greenhouse_controller_01"}, {"greenhouse_controller_01", "greenhouse_controller_02"}} {
+		t.Run(order[0]+"_first", func(t *testing.T) {
+			peers, devices := twoGreenhouses(t, keys)
+			m, p := load(t, "../examples/site/mesh-aggregator")
+			m.MeshSource().MCP.Adopt.Names = manifest.NamesAsIs
+			agg := simEngine(t, m, p)
+			membership := &members{}
+			a, err := meshadopt.New(meshadopt.Config{Source: m.MeshSource(), Node: "site_mesh_aggregator_01", Keys: keys, Logger: quiet}, membership, agg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			membership.set(peers[order[0]])
+			a.Sync(ctx)
+			membership.set(peers[order[0]], peers[order[1]])
+			a.Sync(ctx)
+			if got := servedFrom(agg); len(got) != 3 || got["do_vent_fan"] != "devices/greenhouse_controller_01" || got["read_air_temperature"] != "devices/greenhouse_controller_01" {
+				t.Fatalf("served: %v; want the three tools of greenhouse_controller_01", got)
+			}
+			rep, err := agg.CanDo(ctx, op, promcp.CanDoRequest{Intent: promcp.Intent{SemanticTags: []string{"fan"}, Action: "set", Value: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Candidates) != 1 || rep.Candidates[0].Capability != "do_vent_fan" || rep.Candidates[0].AdoptedFrom.SourceAddress != peers["greenhouse_controller_01"].Endpoint {
+				t.Errorf("can_do candidates: %+v; want greenhouse_controller_01's do_vent_fan", rep.Candidates)
+			}
+			if len(rep.Blocked) != 1 {
+				t.Fatalf("can_do blocked: %+v; want greenhouse_controller_02's do_vent_fan", rep.Blocked)
+			}
+			b := rep.Blocked[0]
+			wantReason := "name_collision: do_vent_fan of greenhouse_controller_02 is not served: greenhouse_controller_01 (first in device id order) serves that name"
+			if b.Capability != "do_vent_fan" || b.Permission != promcp.NotServed || b.DeviceID != "greenhouse_controller_02" ||
+				b.AdoptedFrom == nil || b.AdoptedFrom.SourceAddress != peers["greenhouse_controller_02"].Endpoint || !strings.HasPrefix(b.Reason, wantReason) {
+				t.Errorf("blocked %+v; want do_vent_fan of greenhouse_controller_02, physmcp:not_served, %q", b, wantReason)
+			}
+			if r, err := agg.Do(ctx, op, "do_vent_fan", promcp.DoRequest{Value: true, IdempotencyKey: "as-is-" + order[0]}); err != nil || r.Status != promcp.StatusSuccess {
+				t.Fatalf("do_vent_fan: %+v %v", r, err)
+			}
+			if n, _ := calls(devices["greenhouse_controller_02"], "do_vent_fan"); n != 0 {
+				t.Errorf("%d calls of do_vent_fan reached greenhouse_controller_02, which does not serve the name", n)
+			}
+
+			// the first forgotten: the other takes its names over
+			membership.set(peers["greenhouse_controller_02"])
+			a.Sync(ctx)
+			if got := servedFrom(agg); len(got) != 3 || got["do_vent_fan"] != "devices/greenhouse_controller_02" {
+				t.Errorf("served once greenhouse_controller_01 is forgotten: %v; want greenhouse_controller_02's", got)
+			}
+			if rep, _ := agg.CanDo(ctx, op, promcp.CanDoRequest{Intent: promcp.Intent{SemanticTags: []string{"fan"}}}); len(rep.Blocked) != 0 {
+				t.Errorf("can_do blocked once greenhouse_controller_01 is forgotten: %+v", rep.Blocked)
+			}
+		})
+	}
+}
+
+// servedFrom is the bus each read_* and do_* is served from.
+func servedFrom(e *engine.Engine) map[string]string {
+	out := map[string]string{}
+	for _, t := range e.Tools() {
+		if t.Capability != nil {
+			out[t.Name] = t.Capability.Binding.Bus
+		}
+	}
+	return out
 }

@@ -175,7 +175,7 @@ func TestDoOutputSchema(t *testing.T) {
 func TestPermissionEnumIsTheNinePlusPrefixedExtensions(t *testing.T) {
 	want := []any{"allowed", "requires_human_approval", "policy_denied", "rate_limited", "cooldown_active",
 		"out_of_range", "permission_insufficient", "source_unreachable", "partition_no_quorum",
-		"physmcp:device_rejected", "physmcp:superseded"}
+		"physmcp:device_rejected", "physmcp:superseded", "physmcp:not_served"}
 	got := DoOutputSchema(setpoint)["properties"].(Schema)["permission"].(Schema)["enum"]
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("do permission enum = %v", got)

@@ -53,10 +53,15 @@ const (
 	// was followed by a later write to the same register or line; writing it
 	// now would undo that later write, so nothing is written.
 	Superseded Permission = "physmcp:superseded"
+	// NotServed: a blocked can_do entry for a capability an adopted device
+	// offers that is not served under that name (it is another device's, or
+	// no tool name); the reason says which. Waiting does not help: the
+	// aggregator's adopt.names must tell the devices apart.
+	NotServed Permission = "physmcp:not_served"
 )
 
 // ExtensionPermissions lists the extension values the server may answer.
-var ExtensionPermissions = []Permission{DeviceRejected, Superseded}
+var ExtensionPermissions = []Permission{DeviceRejected, Superseded, NotServed}
 
 // Status is the outcome of a do_* call.
 type Status string

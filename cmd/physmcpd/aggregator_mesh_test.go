@@ -109,7 +109,8 @@ func within(t *testing.T, limit time.Duration, what string, f func() bool) time.
 // The site over the mesh: an aggregator with a mesh source joins the mesh
 // of the examples/mesh devices (real processes, heartbeat 300 ms) and
 // learns them from the membership. A device that joins appears in the
-// group of its zone (its sessions told tools/list_changed), a new zone gets
+// group of its zone under its device's names (read_<device id>_<name>: the
+// mesh source's default), its sessions told tools/list_changed; a new zone gets
 // its endpoint, every endpoint passes lint --strict, a do_ reaches the
 // owning device once with the caller's key however often it is retried, a
 // SIGKILLed device is blocked as device_offline in the site's can_do and
@@ -152,7 +153,7 @@ func TestAggregatorOverTheMesh(t *testing.T) {
 			return false
 		}
 		zoneA = endpoint("greenhouse_a")
-		return slices.Contains(listNames(zoneA), "do_vent_fan")
+		return slices.Contains(listNames(zoneA), "do_greenhouse_controller_01_vent_fan")
 	})
 	// Clients of both protocol eras are told: a 2026-07-28 one on its
 	// subscriptions/listen stream, an older one on its session's GET stream.
@@ -173,7 +174,7 @@ func TestAggregatorOverTheMesh(t *testing.T) {
 	}
 	t.Logf("device start → the sessions of its zone told tools/list_changed: %v", time.Since(joined).Round(time.Millisecond))
 	for _, c := range []*client.Client{zoneA, legacy} {
-		if names := listNames(c); !slices.Contains(names, "do_irrigation_pump") || !slices.Contains(names, "read_soil_moisture") {
+		if names := listNames(c); !slices.Contains(names, "do_irrigation_pump_01_irrigation_pump") || !slices.Contains(names, "read_irrigation_pump_01_soil_moisture") {
 			t.Fatalf("greenhouse_a after the irrigation device joined: %v", names)
 		}
 	}
@@ -182,7 +183,7 @@ func TestAggregatorOverTheMesh(t *testing.T) {
 	joined = time.Now()
 	weather.start(t, full, "127.0.0.1:0")
 	took := within(t, 10*time.Second, "the outdoor endpoint", func() bool {
-		return strings.Contains(aggLog.String(), `endpoint added" group=outdoor`) && slices.Contains(listNames(endpoint("outdoor")), "read_rain_rate")
+		return strings.Contains(aggLog.String(), `endpoint added" group=outdoor`) && slices.Contains(listNames(endpoint("outdoor")), "read_weather_station_01_rain_rate")
 	})
 	t.Logf("device of a new zone start → its endpoint serves its tools: %v", took.Round(time.Millisecond)+time.Since(joined.Add(took)).Round(time.Millisecond))
 
@@ -199,7 +200,7 @@ func TestAggregatorOverTheMesh(t *testing.T) {
 	const key = "5a0e4d2c-1b7f-4e3a-9c8d-6f2e1a0b3c4d"
 	do := map[string]any{"value": true, "idempotency_key": key}
 	for i := range 5 {
-		if got := toolJSON(t, zoneA, "do_vent_fan", do); got["status"] != "success" || got["applied_value"] != true || got["idempotency_key"] != key {
+		if got := toolJSON(t, zoneA, "do_greenhouse_controller_01_vent_fan", do); got["status"] != "success" || got["applied_value"] != true || got["idempotency_key"] != key {
 			t.Fatalf("do_vent_fan through the aggregator, call %d: %v", i+1, got)
 		}
 	}
@@ -214,7 +215,7 @@ func TestAggregatorOverTheMesh(t *testing.T) {
 	// connection is refused) and then because the mesh lists it dead
 	site := dialMCP(t, mustHTTP(t, base+"/mcp"))
 	intent := map[string]any{"intent": map[string]any{"semantic_tags": []string{"irrigation", "pump"}, "action": "set", "value": true}}
-	if rep := siteCanDo(t, site, intent); findCandidate(rep, "do_irrigation_pump") == nil {
+	if rep := siteCanDo(t, site, intent); findCandidate(rep, "do_irrigation_pump_01_irrigation_pump") == nil {
 		t.Fatalf("site can_do before the kill: %+v; want do_irrigation_pump a candidate", rep)
 	}
 	killed := time.Now()
@@ -233,7 +234,7 @@ func TestAggregatorOverTheMesh(t *testing.T) {
 		return func() bool {
 			rep := siteCanDo(t, site, intent)
 			last = rep
-			b := findBlocked(rep, "do_irrigation_pump")
+			b := findBlocked(rep, "do_irrigation_pump_01_irrigation_pump")
 			if b == nil || b.Permission != promcp.SourceUnreachable || !strings.HasPrefix(b.Reason, "device_offline: ") || !strings.Contains(b.Reason, why) {
 				return false
 			}
@@ -248,7 +249,7 @@ func TestAggregatorOverTheMesh(t *testing.T) {
 	// its reading too, though the aggregator has a good one cached: the
 	// mesh says the device is gone
 	soil := siteCanDo(t, site, map[string]any{"intent": map[string]any{"semantic_tags": []string{"soil", "moisture"}}})
-	if b := findBlocked(soil, "read_soil_moisture"); b == nil || b.Permission != promcp.SourceUnreachable || !strings.Contains(b.Reason, "dead in the mesh") {
+	if b := findBlocked(soil, "read_irrigation_pump_01_soil_moisture"); b == nil || b.Permission != promcp.SourceUnreachable || !strings.Contains(b.Reason, "dead in the mesh") {
 		t.Errorf("site can_do for the dead device's reading: %+v; want read_soil_moisture blocked, dead in the mesh", soil)
 	}
 
@@ -262,11 +263,11 @@ func TestAggregatorOverTheMesh(t *testing.T) {
 	returned := time.Now()
 	irrigation.start(t, full, strings.TrimSuffix(strings.TrimPrefix(irrigation.endpoint, "http://"), "/mcp"))
 	within(t, 10*time.Second, "do_irrigation_pump a candidate again", func() bool {
-		c := findCandidate(siteCanDo(t, site, intent), "do_irrigation_pump")
+		c := findCandidate(siteCanDo(t, site, intent), "do_irrigation_pump_01_irrigation_pump")
 		return c != nil && c.Permission == promcp.Allowed
 	})
 	t.Logf("restart → a candidate again in the site's can_do: %v", time.Since(returned).Round(time.Millisecond))
-	if got := toolJSON(t, zoneA, "read_soil_moisture", nil); got["quality"] != "good" {
+	if got := toolJSON(t, zoneA, "read_irrigation_pump_01_soil_moisture", nil); got["quality"] != "good" {
 		t.Errorf("read_soil_moisture through the aggregator after the return: %v", got)
 	}
 }

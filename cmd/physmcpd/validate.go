@@ -129,9 +129,11 @@ func summary(w io.Writer, m *manifest.Manifest, p *policy.Policy) {
 				if b.MCP.Adopt.Group != "" {
 					group = b.MCP.Adopt.Group
 				}
-				fmt.Fprintf(w, "%sbus %s adopts %s of every device of the mesh while serve runs (group %s)\n", sep, name, what, group)
+				fmt.Fprintf(w, "%sbus %s adopts %s of every device of the mesh while serve runs (group %s, named <verb>_%s)\n", sep, name, what, group,
+					b.MCP.Adopt.CapabilityName("<device_id>", "<name>"))
 			} else {
-				fmt.Fprintf(w, "%sbus %s adopts %s of %s %s when serve starts (group %s)\n", sep, name, what, b.MCP.Protocol(), b.MCP.Address(), dash(b.MCP.Adopt.Group))
+				fmt.Fprintf(w, "%sbus %s adopts %s of %s %s when serve starts (group %s, named <verb>_%s)\n", sep, name, what, b.MCP.Protocol(), b.MCP.Address(),
+					dash(b.MCP.Adopt.Group), b.MCP.Adopt.CapabilityName(name, "<name>"))
 			}
 			sep = ""
 		}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -236,7 +238,7 @@ func TestAdoptedFromToolSchemas(t *testing.T) {
 		t.Fatal(err)
 	}
 	ttl := 2000
-	all := Adopted("skid", &manifest.Adopt{Tools: manifest.AdoptAll, Prefix: "skid_", SemanticTags: []string{"plant_room"}, CacheTTLMs: &ttl, Group: "plant"},
+	all, _ := Adopted("skid", "skid", &manifest.Adopt{Tools: manifest.AdoptAll, Prefix: "skid_", SemanticTags: []string{"plant_room"}, CacheTTLMs: &ttl, Group: "plant"},
 		tools, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	byTool := map[string]*manifest.Capability{}
 	for _, c := range all {
@@ -256,10 +258,31 @@ func TestAdoptedFromToolSchemas(t *testing.T) {
 	if mode.DataType != manifest.TypeEnum || len(mode.EnumValues) != 2 || mode.Unit != "" {
 		t.Errorf("enum: %+v", mode)
 	}
-	reads := Adopted("skid", &manifest.Adopt{Tools: manifest.AdoptReads}, tools, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	reads, _ := Adopted("skid", "skid", &manifest.Adopt{Tools: manifest.AdoptReads}, tools, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if len(reads) != 2 {
 		t.Errorf("tools: read adopted %d, want the 2 read_*", len(reads))
 	}
+
+	// named after the device, the verb in front; a name that would be too
+	// long is not served, and says why
+	long := "pump_station_north_field_row_three_controller_000001" // 52 characters: read_<long>_mode fits in 64, *_pump_speed does not
+	named, unnamed := Adopted("devices/"+long, long, &manifest.Adopt{Tools: manifest.AdoptAll, Names: manifest.NamesDevicePrefixed}, tools, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if len(named) != 1 || named[0].ToolName() != "read_"+long+"_mode" || named[0].Binding.Virtual.Tool != "read_mode" ||
+		!slices.Contains(named[0].SemanticTags, "mode") || slices.Contains(named[0].SemanticTags, "pump") {
+		t.Errorf("device_prefixed: %v; want read_%s_mode alone, bound to read_mode and tagged with its own words", names(named), long)
+	}
+	if len(unnamed) != 2 || unnamed[0].Device != long || unnamed[0].Capability.ToolName() != "read_"+long+"_pump_speed" ||
+		!strings.HasPrefix(unnamed[0].Reason, "invalid_name: read_pump_speed of "+long+" cannot be served: tool name read_"+long+"_pump_speed is 68 characters; the limit is 64") {
+		t.Errorf("not served: %+v", unnamed)
+	}
+}
+
+func names(caps []*manifest.Capability) []string {
+	var out []string
+	for _, c := range caps {
+		out = append(out, c.ToolName())
+	}
+	return out
 }
 
 func keys(m map[string]*manifest.Capability) []string {

@@ -51,7 +51,10 @@ func (s Static) Devices(context.Context) ([]Device, error) {
 // Expand adds to m a capability for each tool that src's devices adopt,
 // listing each device's tools through its bus in buses (opened here, and
 // added to buses and m, for a device that is not a bus of m yet). It waits
-// for each device until it answers or ctx ends.
+// for each device until it answers or ctx ends. A tool whose name is taken
+// already (by the manifest's own capabilities, or by a device before it in
+// bus name order) or is no tool name is not served: it goes to
+// m.NotServed, with the reason, and is logged.
 func Expand(ctx context.Context, m *manifest.Manifest, buses map[string]drivers.Bus, src DeviceSource, logger *slog.Logger) error {
 	if logger == nil {
 		logger = slog.Default()
@@ -60,9 +63,9 @@ func Expand(ctx context.Context, m *manifest.Manifest, buses map[string]drivers.
 	if err != nil {
 		return err
 	}
-	taken := map[string]bool{}
+	owner := map[string]string{}
 	for _, c := range m.Capabilities {
-		taken[c.ToolName()] = true
+		owner[c.ToolName()] = "this device's own capability (bus " + c.Binding.Bus + ")"
 	}
 	for _, d := range devices {
 		if d.Source == nil || d.Source.Adopt == nil {
@@ -83,18 +86,32 @@ func Expand(ctx context.Context, m *manifest.Manifest, buses map[string]drivers.
 		if err != nil {
 			return fmt.Errorf("bus %s: adopt: %w", d.Bus, err)
 		}
+		caps, refused := Adopted(d.Bus, d.Bus, d.Source.Adopt, tools, logger)
 		var added []string
-		for _, c := range Adopted(d.Bus, d.Source.Adopt, tools, logger) {
-			if taken[c.ToolName()] {
-				return fmt.Errorf("bus %s: adopt: %s is already a tool of this device; give the bus an adopt prefix", d.Bus, c.ToolName())
+		for _, c := range caps {
+			if o, taken := owner[c.ToolName()]; taken {
+				refused = append(refused, Collision(c, d.Bus, "bus "+d.Bus, o))
+				continue
 			}
-			taken[c.ToolName()] = true
+			owner[c.ToolName()] = "bus " + d.Bus + " (first in bus name order)"
 			added = append(added, c.ToolName())
 			m.Capabilities = append(m.Capabilities, c)
 		}
+		for _, ns := range refused {
+			logger.Warn("adopted capability not served", "bus", d.Bus, "tool", ns.Capability.ToolName(), "reason", ns.Reason)
+		}
+		m.NotServed = append(m.NotServed, refused...)
 		logger.Info("adopted", "bus", d.Bus, "source", bus.Describe(), "tools", strings.Join(added, " "))
 	}
 	return nil
+}
+
+// Collision is c of device (called who in the reason) not served because
+// owner serves its name already.
+func Collision(c *manifest.Capability, device, who, owner string) *manifest.NotServed {
+	return &manifest.NotServed{Capability: c, Device: device, Reason: fmt.Sprintf(
+		"name_collision: %s of %s is not served: %s serves that name; name the devices apart with adopt.names: %s",
+		c.ToolName(), who, owner, manifest.NamesDevicePrefixed)}
 }
 
 // listTools waits for the source and lists its tools.
@@ -130,27 +147,28 @@ func (b *Bus) tools(ctx context.Context) ([]mcp.Tool, error) {
 	return res.Tools, nil
 }
 
-// Adopted turns a source's tools into capabilities of this device as adopt
-// says: named prefix + the source's name, described by the first sentence
-// of the source's description, typed and bounded by its schemas, tagged
-// with adopt's tags and the words of the name. A do_ tool is taken only
-// with the source's read_ of the same name, which reads it back; adopted
-// do_ tools need at least role operator here, whatever the source asks.
-func Adopted(bus string, a *manifest.Adopt, tools []mcp.Tool, logger *slog.Logger) []*manifest.Capability {
+// Adopted turns the tools of a source (device, as names calls it) into
+// capabilities of this device as adopt says: named by adopt's prefix and
+// names rule, described by the first sentence of the source's description,
+// typed and bounded by its schemas, tagged with adopt's tags and the words
+// of the source's name. A do_ tool is taken only with the source's read_ of
+// the same name, which reads it back; adopted do_ tools need at least role
+// operator here, whatever the source asks. A tool whose name here would be
+// no tool name (too long, say) is returned as not served.
+func Adopted(bus, device string, a *manifest.Adopt, tools []mcp.Tool, logger *slog.Logger) (caps []*manifest.Capability, unnamed []*manifest.NotServed) {
 	reads := map[string]bool{}
 	for _, t := range tools {
 		if strings.HasPrefix(t.Name, "read_") {
 			reads[t.Name] = true
 		}
 	}
-	var caps []*manifest.Capability
 	for _, t := range tools {
 		kind, name, ok := strings.Cut(t.Name, "_")
 		if !ok || (kind != "read" && kind != "do") || (kind == "do" && a.Tools != manifest.AdoptAll) {
 			continue
 		}
 		c := &manifest.Capability{
-			Name:         a.Prefix + name,
+			Name:         a.CapabilityName(device, name),
 			Kind:         manifest.Kind(kind),
 			Description:  firstSentence(t.Description),
 			SemanticTags: tags(a.SemanticTags, name),
@@ -170,9 +188,14 @@ func Adopted(bus string, a *manifest.Adopt, tools []mcp.Tool, logger *slog.Logge
 			schema = t.InputSchema.Properties
 		}
 		typeFrom(c, schema)
+		if problem := manifest.ToolNameProblem(c.ToolName()); problem != "" {
+			unnamed = append(unnamed, &manifest.NotServed{Capability: c, Device: device,
+				Reason: fmt.Sprintf("invalid_name: %s of %s cannot be served: %s", t.Name, device, problem)})
+			continue
+		}
 		caps = append(caps, c)
 	}
-	return caps
+	return caps, unnamed
 }
 
 // typeFrom sets the data type, unit, enum values and range from a tool's

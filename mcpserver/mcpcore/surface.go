@@ -146,7 +146,9 @@ func (s *Surface) nameEndpoints(rep *promcp.CapabilityReport) {
 		rep.Candidates[i].Endpoint = GroupPath(group[rep.Candidates[i].Capability])
 	}
 	for i := range rep.Blocked {
-		rep.Blocked[i].Endpoint = GroupPath(group[rep.Blocked[i].Capability])
+		if rep.Blocked[i].Permission != promcp.NotServed { // no endpoint serves it
+			rep.Blocked[i].Endpoint = GroupPath(group[rep.Blocked[i].Capability])
+		}
 	}
 }
 

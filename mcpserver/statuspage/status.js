@@ -103,6 +103,13 @@ function render(s) {
     cell('in ' + seconds(a.expires_in_ms) + ' (' + clock(a.expires_at) + ')', 'expires'),
   ])), '');
 
+  show('not-served-section', s.not_served.length > 0);
+  fill('not-served', s.not_served.map((n) => row(n.tool, [
+    cell(n.tool),
+    cell(n.device),
+    cell(n.reason),
+  ])), '');
+
   $('updated').textContent = 'Updated ' + clock(s.time) + ', every ' + EVERY_MS / 1000 + ' s.';
 }
 
