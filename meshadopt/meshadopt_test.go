@@ -9,6 +9,8 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -425,4 +427,66 @@ func servedFrom(e *engine.Engine) map[string]string {
 		}
 	}
 	return out
+}
+
+// A name the aggregator serves itself (its manifest's capability) stays
+// its own: a device of the mesh offering it under names: as_is is adopted
+// without it, blocked as not served.
+func TestDeviceNameTakenByTheAggregator(t *testing.T) {
+	key := make([]byte, 32)
+	rand.Read(key)
+	keys := [][]byte{key}
+	url := device(t, "greenhouse", keys, make(chan string))
+	dir := t.TempDir()
+	text, err := os.ReadFile("../examples/site/mesh-aggregator/physmcp.manifest.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := strings.Replace(string(text), "capabilities: []\n", `  mast: {type: i2c, device: "1", simulated: true}
+capabilities:
+  - name: air_temperature
+    kind: read
+    description: Air temperature at the site's weather mast.
+    binding: {bus: mast, address: "0x48:reg=0x00:width=2:byte_order=big:signed=true:shift=4:scale=0.0625"}
+    data_type: float
+    unit: "°C"
+    semantic_tags: [temperature, air]
+    group: mast
+`, 1)
+	own = strings.Replace(own, "names: device_prefixed", "names: as_is", 1)
+	own = strings.Replace(own, "key_file: ../../mesh/mesh.key", "key_file: "+filepath.Join(dir, "mesh.key"), 1)
+	for name, data := range map[string]string{"physmcp.manifest.yml": own, "mesh.key": string(key)} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	policy, err := os.ReadFile("../examples/site/mesh-aggregator/physmcp.policy.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "physmcp.policy.yml"), policy, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, p := load(t, dir)
+	agg := simEngine(t, m, p)
+	a, err := meshadopt.New(meshadopt.Config{Source: m.MeshSource(), Node: "site_mesh_aggregator_01", Keys: keys, Logger: quiet},
+		&members{peers: []mesh.Peer{{NodeID: "greenhouse_controller_01", DeviceID: "greenhouse_controller_01", Zone: "greenhouse_a", Profile: "full",
+			Endpoint: url, CapsHash: "h", State: mesh.Alive, Since: time.Now()}}}, agg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Sync(context.Background())
+	if got := servedFrom(agg); got["read_air_temperature"] != "mast" || got["do_vent_fan"] != "devices/greenhouse_controller_01" {
+		t.Fatalf("served: %v; want read_air_temperature the aggregator's own, the device's fan adopted", got)
+	}
+	rep, err := agg.CanDo(context.Background(), engine.Caller{Identity: "op", Role: manifest.RoleOperator},
+		promcp.CanDoRequest{Intent: promcp.Intent{SemanticTags: []string{"temperature"}, Action: "read"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "name_collision: read_air_temperature of greenhouse_controller_01 is not served: the aggregator itself (its manifest, or a source it lists) serves that name"
+	if len(rep.Candidates) != 1 || rep.Candidates[0].AdoptedFrom != nil || len(rep.Blocked) != 1 || rep.Blocked[0].Permission != promcp.NotServed ||
+		!strings.HasPrefix(rep.Blocked[0].Reason, want) {
+		t.Errorf("can_do: candidates %+v, blocked %+v; want the aggregator's own reading and the device's blocked: %q", rep.Candidates, rep.Blocked, want)
+	}
 }
