@@ -52,28 +52,44 @@ func TestAuditAllPutsReadsInTheTrail(t *testing.T) {
 	}
 }
 
-// A read the HTTP edge refused for the caller's role never reaches Read; it
-// is audited as refused all the same. A do_* refused there is only counted.
-func TestAuditAllRecordsReadsRefusedAtTheEdge(t *testing.T) {
+// A call the HTTP edge refused for the caller's role never reaches the
+// engine. A do_* is audited as refused all the same, with its value and
+// idempotency_key; a read_* only under audit_all. Arguments that did not
+// decode (nil) still give the do_* its line.
+func TestNoteRefusedAuditsEdgeRefusals(t *testing.T) {
 	for _, on := range []bool{false, true} {
 		r := newRig(t)
 		var sink auditSink
 		e := withAuditAll(t, r, on, &sink)
-		e.NoteRefused(viewer, "read_water_temperature", promcp.PermissionInsufficient, "role none may not call read_water_temperature")
-		e.NoteRefused(viewer, "do_boiler_setpoint", promcp.PermissionInsufficient, "role none may not call do_boiler_setpoint")
-		if !on {
-			if len(sink.entries) != 0 {
-				t.Fatalf("audit_all off: %+v", sink.entries)
+		e.NoteRefused(viewer, "read_water_temperature", promcp.PermissionInsufficient, "role none may not call read_water_temperature", nil)
+		e.NoteRefused(viewer, "do_boiler_setpoint", promcp.PermissionInsufficient, "role none may not call do_boiler_setpoint",
+			map[string]any{"value": 50.0, "idempotency_key": "k-viewer"})
+		e.NoteRefused(viewer, "do_boiler_setpoint", promcp.PermissionInsufficient, "role none may not call do_boiler_setpoint", nil)
+		entries := sink.entries
+		if on {
+			if len(entries) != 3 {
+				t.Fatalf("audit_all on: %d entries, want 3: %+v", len(entries), entries)
 			}
-			continue
+			got := entries[0]
+			if got.Outcome != engine.OutcomeRefused || got.Tool != "read_water_temperature" || got.Caller != viewer.Identity ||
+				got.Role != viewer.Role || got.Quality != string(promcp.QualityError) || got.Reason != "permission_insufficient: role none may not call read_water_temperature" {
+				t.Errorf("read entry = %+v", got)
+			}
+			entries = entries[1:]
 		}
-		if len(sink.entries) != 1 {
-			t.Fatalf("audit_all on: %d entries, want 1: %+v", len(sink.entries), sink.entries)
+		if len(entries) != 2 {
+			t.Fatalf("audit_all %v: do_* entries %+v, want 2", on, entries)
 		}
-		got := sink.entries[0]
-		if got.Outcome != engine.OutcomeRefused || got.Tool != "read_water_temperature" || got.Caller != viewer.Identity ||
-			got.Role != viewer.Role || got.Quality != string(promcp.QualityError) || got.Reason != "permission_insufficient: role none may not call read_water_temperature" {
-			t.Errorf("entry = %+v", got)
+		for i, want := range []struct {
+			key   string
+			value any
+		}{{"k-viewer", 50.0}, {"", nil}} {
+			got := entries[i]
+			if got.Outcome != engine.OutcomeRefused || got.Tool != "do_boiler_setpoint" || got.Caller != viewer.Identity || got.Role != viewer.Role ||
+				got.Status != promcp.StatusFailed || got.Permission != promcp.PermissionInsufficient || got.Reason != "role none may not call do_boiler_setpoint" ||
+				got.Key != want.key || got.Arguments["idempotency_key"] != want.key || got.Arguments["value"] != want.value {
+				t.Errorf("do entry %d = %+v", i, got)
+			}
 		}
 	}
 }

@@ -135,17 +135,27 @@ func (t *toolCounters) doAnswered(resp promcp.DoResponse, outcome string) {
 
 // NoteRefused records a call of tool by caller that a transport refused
 // before it reached the engine, because Permits said no (the HTTP edge
-// answers 403): it is counted, and a read_* is audited under
-// defaults.audit_all as the reads the engine refuses are. A tool the engine
-// does not serve is not counted.
-func (e *Engine) NoteRefused(caller Caller, tool string, p promcp.Permission, reason string) {
-	if pt, ok := e.catalog().points[tool]; ok {
-		pt.counts.refused(p)
-		if pt.c.Kind == manifest.KindRead && e.auditReads() {
-			e.auditRead(caller, pt, e.refusedRead(pt, deny(p, "%s", reason)), true, 0)
+// answers 403): it is counted, a do_* is audited as refused as every do_*
+// attempt is, and a read_* is audited under defaults.audit_all as the reads
+// the engine refuses are. args are the call's arguments as the transport
+// decoded them (nil: none, or not an object); a do_*'s line keeps its value
+// and idempotency_key. A tool the engine does not serve is not counted.
+func (e *Engine) NoteRefused(caller Caller, tool string, p promcp.Permission, reason string, args map[string]any) {
+	pt, ok := e.catalog().points[tool]
+	if !ok {
+		if tool == "can_do" {
+			e.canDoCounts.refused(p)
 		}
-	} else if tool == "can_do" {
-		e.canDoCounts.refused(p)
+		return
+	}
+	pt.counts.refused(p)
+	switch {
+	case pt.c.Kind == manifest.KindDo:
+		key, _ := args["idempotency_key"].(string)
+		e.auditDo(caller, pt, promcp.DoRequest{Value: args["value"], IdempotencyKey: key},
+			promcp.DoResponse{Status: promcp.StatusFailed, IdempotencyKey: key, Permission: p, Reason: reason}, OutcomeRefused, e.now(), 0)
+	case pt.c.Kind == manifest.KindRead && e.auditReads():
+		e.auditRead(caller, pt, e.refusedRead(pt, deny(p, "%s", reason)), true, 0)
 	}
 }
 

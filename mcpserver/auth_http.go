@@ -52,8 +52,9 @@ type Access struct {
 	// tools/call of any other tool is refused with 403 before it runs.
 	Permits func(tool string, role manifest.Role) bool
 	// Refused is told of each call refused so (nil: nobody), for the
-	// engine's counts and audit (engine.NoteRefused).
-	Refused func(caller engine.Caller, tool string, p promcp.Permission, reason string)
+	// engine's counts and audit (engine.NoteRefused), with the call's
+	// arguments (nil: none, or not an object).
+	Refused func(caller engine.Caller, tool string, p promcp.Permission, reason string, args map[string]any)
 	// AllowedOrigins are browser origins accepted besides same-origin and
 	// loopback ones, e.g. "https://console.example.com".
 	AllowedOrigins []string
@@ -133,8 +134,8 @@ func (p *protector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		holdBody(r, body)
 		r.ContentLength = int64(len(body))
 		if r.Method == http.MethodPost { // MCP reads no other body
-			if id, tool, denied := p.deniedCall(body, principal, r.RemoteAddr); denied {
-				p.forbidden(w, id, tool, principal)
+			if id, tool, denied := p.deniedCall(body, principal, r.RemoteAddr); denied >= 0 {
+				p.forbidden(w, body, denied, id, tool, principal)
 				return
 			}
 		}
@@ -301,9 +302,10 @@ type rpcMessage struct {
 }
 
 // deniedCall finds a tools/call (alone or in a batch) of a tool the
-// principal's role may not call. Calls made under an emergency override are
-// audited here too. A body that does not parse is left to the server.
-func (p *protector) deniedCall(body []byte, principal auth.Principal, remote string) (json.RawMessage, string, bool) {
+// principal's role may not call: its index in the batch (0 alone), or -1.
+// Calls made under an emergency override are audited here too. A body that
+// does not parse is left to the server.
+func (p *protector) deniedCall(body []byte, principal auth.Principal, remote string) (json.RawMessage, string, int) {
 	// A body without the method's name, literally or escaped, holds no
 	// tools/call: it is not decoded here (one decode less for every other
 	// request). Decoding the rest into rpcMessage reads the method and name
@@ -311,42 +313,65 @@ func (p *protector) deniedCall(body []byte, principal auth.Principal, remote str
 	// the arguments without building them; a json.Decoder token scan took
 	// 2.4 times as long.
 	if !bytes.Contains(body, []byte("tools/call")) && bytes.IndexByte(body, '\\') < 0 {
-		return nil, "", false
+		return nil, "", -1
 	}
-	var msgs []rpcMessage
-	trimmed := bytes.TrimSpace(body)
-	if len(trimmed) > 0 && trimmed[0] == '[' {
-		if json.Unmarshal(trimmed, &msgs) != nil {
-			return nil, "", false
-		}
-	} else {
-		var m rpcMessage
-		if json.Unmarshal(trimmed, &m) != nil {
-			return nil, "", false
-		}
-		msgs = []rpcMessage{m}
+	msgs, ok := decodeMessages[rpcMessage](body)
+	if !ok {
+		return nil, "", -1
 	}
-	for _, m := range msgs {
+	for i, m := range msgs {
 		if m.Method != "tools/call" {
 			continue
 		}
 		if p.acc.Permits != nil && !p.acc.Permits(m.Params.Name, principal.Role) {
-			return m.ID, m.Params.Name, true
+			return m.ID, m.Params.Name, i
 		}
 		if principal.Method == auth.MethodOverride && p.acc.Auth.AuditAllOverrides() {
 			p.acc.Auth.AuditOverrideCall(principal, m.Params.Name, remote)
 		}
 	}
-	return nil, "", false
+	return nil, "", -1
 }
 
-// forbidden answers 403 for a call the role may not make: an HTTP status a
-// client cannot mistake for success, with the proMCP permission in the body.
-func (p *protector) forbidden(w http.ResponseWriter, id json.RawMessage, tool string, principal auth.Principal) {
+// decodeMessages decodes body as one JSON-RPC message or a batch of them.
+func decodeMessages[T any](body []byte) ([]T, bool) {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		var msgs []T
+		return msgs, json.Unmarshal(trimmed, &msgs) == nil
+	}
+	var m T
+	return []T{m}, json.Unmarshal(trimmed, &m) == nil
+}
+
+// callArguments are the arguments of message i of body, decoded only for a
+// refused call (they are rare), for its audit line; nil when they are not
+// an object, which does not change the refusal.
+func callArguments(body []byte, i int) map[string]any {
+	type call struct {
+		Params struct {
+			Arguments json.RawMessage `json:"arguments"`
+		} `json:"params"`
+	}
+	msgs, ok := decodeMessages[call](body)
+	if !ok || i >= len(msgs) {
+		return nil
+	}
+	var args map[string]any
+	if json.Unmarshal(msgs[i].Params.Arguments, &args) != nil {
+		return nil
+	}
+	return args
+}
+
+// forbidden answers 403 for call i of body, which the role may not make: an
+// HTTP status a client cannot mistake for success, with the proMCP
+// permission in the body.
+func (p *protector) forbidden(w http.ResponseWriter, body []byte, i int, id json.RawMessage, tool string, principal auth.Principal) {
 	reason := fmt.Sprintf("role %s may not call %s", principal.Role, tool)
 	p.acc.Logger.Info("tool call refused: role", "tool", tool, "caller", principal.Name, "role", principal.Role)
 	if p.acc.Refused != nil {
-		p.acc.Refused(engine.Caller{Identity: principal.Name, Role: principal.Role}, tool, promcp.PermissionInsufficient, reason)
+		p.acc.Refused(engine.Caller{Identity: principal.Name, Role: principal.Role}, tool, promcp.PermissionInsufficient, reason, callArguments(body, i))
 	}
 	w.Header().Set("WWW-Authenticate", fmt.Sprintf("Bearer error=\"insufficient_scope\", error_description=%q", headerSafe(reason)))
 	writeJSON(w, http.StatusForbidden, rpcError(id, -32003, reason+"; nothing was written",

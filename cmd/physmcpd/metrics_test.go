@@ -185,8 +185,9 @@ func TestMetricsCountRealCalls(t *testing.T) {
 		// The write, once: the replay and the refusals sent nothing.
 		{"physmcpd_bus_transactions_total", map[string]string{"bus": "gpio", "op": "write"}, 1},
 		{"physmcpd_bus_transactions_total", map[string]string{"bus": "rs485", "op": "write"}, 0},
-		// Every do_* answer is audited, the replay and the refusal too.
-		{"physmcpd_audit_lines_written_total", nil, 3},
+		// Every do_* attempt is audited: the replay, the refusal and the
+		// call the HTTP edge refused too.
+		{"physmcpd_audit_lines_written_total", nil, 4},
 	} {
 		if got := delta(c.name, c.labels); got != c.want {
 			t.Errorf("%s%v went up by %v, want %v", c.name, c.labels, got, c.want)
