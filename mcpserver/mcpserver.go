@@ -22,6 +22,7 @@ import (
 	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/mcpserver/mcpcore"
+	"github.com/physmcp/physmcpd/profiles"
 	"github.com/physmcp/physmcpd/promcp"
 )
 
@@ -53,6 +54,9 @@ type Options struct {
 	// tools.listChanged, lists its tools again on every change and tells
 	// its sessions (dynamic.go).
 	ToolsChange bool
+	// Profile is the name of the profile served (docs/profiles.md), which
+	// the device resource reports; "" is full.
+	Profile string
 }
 
 // CanDoRouter answers can_do beyond this device: args are the call's
@@ -86,6 +90,9 @@ func New(e *engine.Engine, opts Options) (*server.MCPServer, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.Profile == "" {
+		opts.Profile = profiles.Full.Name
 	}
 	if opts.Approvals == nil {
 		opts.Approvals = auth.NewApprovals(opts.Now)

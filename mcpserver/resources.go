@@ -185,7 +185,7 @@ func (r *resources) readDevice(ctx context.Context, req mcp.ReadResourceRequest)
 	role := r.a.opts.Caller(ctx).Role
 	sum := DeviceSummary{
 		DeviceID: m.Device.ID, Type: m.Device.Type, Vendor: m.Device.Vendor, Model: m.Device.Model, Location: m.Device.Location,
-		Profile: "full", PromcpBase: promcp.BaseVersion, PhysMCPVersion: m.PhysMCPVersion, Group: r.a.opts.Group,
+		Profile: r.a.opts.Profile, PromcpBase: promcp.BaseVersion, PhysMCPVersion: m.PhysMCPVersion, Group: r.a.opts.Group,
 		Capabilities: []CapabilityEntry{},
 	}
 	for _, t := range r.a.surface.Tools() {

@@ -88,6 +88,7 @@ func serveMCP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *en
 		// HTTP callers are who the access middleware authenticated.
 		Caller:    mcpserver.CallerFrom(local),
 		Approvals: approvals,
+		Profile:   prof.Name,
 	}
 	if router != nil {
 		opts.Router = router
