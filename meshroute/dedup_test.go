@@ -88,6 +88,17 @@ func diamond(cfg Config, dView ...mesh.Peer) *meshNet {
 	return n
 }
 
+// patient waits seconds on every hop: only a wait a test shortens with
+// hurry ends while nodes are still working, however loaded the machine.
+var patient = Config{Total: 10 * time.Second, PerHop: 3 * time.Second}
+
+// hurry has node id wait briefly for the peers it forwards to (twice
+// PerHop with TTL 1 left, 100 ms), so that a peer holding its answer until
+// that wait ends is late at id and nowhere else.
+func (n *meshNet) hurry(id string) {
+	n.routers[id].cfg.PerHop = 50 * time.Millisecond
+}
+
 func (n *meshNet) coordinate(t *testing.T) promcp.CapabilityReport {
 	t.Helper()
 	rep, err := n.routers["a"].Route(context.Background(), rainArgs, nil, own(unserved()))
@@ -123,7 +134,7 @@ func wantMeta(t *testing.T, rep promcp.CapabilityReport, consulted, received, la
 // other path gets an empty answer that counts neither as a response nor as
 // another peer consulted, and the report has the device once.
 func TestDiamondAnswersOnce(t *testing.T) {
-	n := diamond(Config{})
+	n := diamond(patient)
 	rep := n.coordinate(t)
 	if got := n.arrived["d"].Load(); got != 2 {
 		t.Fatalf("the query reached d %d times; the diamond needs both paths", got)
@@ -143,7 +154,8 @@ func TestDiamondAnswersOnce(t *testing.T) {
 // The path through b loses the query to d (it never arrives): b reports d
 // unreachable, c brings d's answer; d's answer wins and d is listed once.
 func TestDiamondLostPathLosesToAnswer(t *testing.T) {
-	n := diamond(Config{Total: 300 * time.Millisecond, PerHop: 60 * time.Millisecond})
+	n := diamond(patient)
+	n.hurry("b")
 	n.lost["b>d"] = true
 	rep := n.coordinate(t)
 	if got := n.dryRuns["d"].Load(); got != 1 {
@@ -159,7 +171,8 @@ func TestDiamondLostPathLosesToAnswer(t *testing.T) {
 // d unreachable, c gets d's empty duplicate answer, which is not counted;
 // d is blocked once.
 func TestDiamondLateAnswerAndDuplicate(t *testing.T) {
-	n := diamond(Config{Total: 300 * time.Millisecond, PerHop: 60 * time.Millisecond})
+	n := diamond(patient)
+	n.hurry("b")
 	started := make(chan struct{})
 	n.before["c>d"] = started
 	var once sync.Once
@@ -182,7 +195,7 @@ func TestDiamondLateAnswerAndDuplicate(t *testing.T) {
 // over the coordinator's own view.
 func TestAnswerWinsOverOfflineView(t *testing.T) {
 	d := peer("d", "z3", mesh.Suspect, "rain")
-	n := diamond(Config{}, d)
+	n := diamond(patient, d)
 	rep := n.coordinate(t)
 	if c, b := entries(rep, "d"); c != 1 || b != 0 || len(rep.Blocked) != 0 {
 		t.Errorf("candidates %+v blocked %+v; want d as a candidate only", rep.Candidates, rep.Blocked)
