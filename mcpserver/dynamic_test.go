@@ -100,10 +100,14 @@ func TestEndpointsFollowTheTools(t *testing.T) {
 	legacy := client.NewClient(legacyTr, client.WithProtocolVersion(mcp.ProtocolVersion20251125))
 	start(t, legacy)
 	told := map[*client.Client]chan struct{}{modern: make(chan struct{}, 4), legacy: make(chan struct{}, 4)}
+	acked := make(chan struct{}, 1) // the modern client's listen stream is open
 	for c, ch := range told {
 		c.OnNotification(func(n mcp.JSONRPCNotification) {
-			if n.Method == string(mcp.MethodNotificationToolsListChanged) {
+			switch n.Method {
+			case string(mcp.MethodNotificationToolsListChanged):
 				ch <- struct{}{}
+			case mcp.MethodNotificationSubscriptionsAcknowledged:
+				acked <- struct{}{}
 			}
 		})
 		// twice: the second answer comes from the cache
@@ -118,7 +122,11 @@ func TestEndpointsFollowTheTools(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	time.Sleep(200 * time.Millisecond) // the listen stream opens
+	select { // a change before it is lost to the modern client; the legacy one's is queued for its GET stream
+	case <-acked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notifications/subscriptions/acknowledged")
+	}
 
 	adoptInto(t, e, "irrigation", siteSource(t, "irrigation"), "plant_room")
 	for c, ch := range told {
