@@ -24,6 +24,12 @@ type wireRig struct {
 	dev *modbusfault.Device
 }
 
+// wireTimeout is the buses' timeout_ms: long enough that a loaded machine
+// running the race detector answers every request the device does not fault
+// in time (loopback exchanges took up to 0.4 s at load 18 on 2 cores), as
+// only the faulted ones may time out.
+const wireTimeout = 1500
+
 // A holding register (FC6 writes) with a 2 s cooldown, and one without.
 const wireManifest = `physmcp_version: "0.1"
 device: {id: wire_rig, type: test_rig}
@@ -58,11 +64,11 @@ func newWireRig(t *testing.T, rtu bool, retries int) *wireRig {
 	if rtu {
 		s := modbusfault.StartRTU(t)
 		dev = s.Device
-		bus = fmt.Sprintf("{type: modbus-rtu, port: %s, baud: 115200, parity: none, stop_bits: 1, timeout_ms: 150, retries: %d}", s.Path(), retries)
+		bus = fmt.Sprintf("{type: modbus-rtu, port: %s, baud: 115200, parity: none, stop_bits: 1, timeout_ms: %d, retries: %d}", s.Path(), wireTimeout, retries)
 	} else {
 		s := modbusfault.StartTCP(t)
 		dev = s.Device
-		bus = fmt.Sprintf("{type: modbus-tcp, address: %q, timeout_ms: 150, retries: %d}", s.Addr(), retries)
+		bus = fmt.Sprintf("{type: modbus-tcp, address: %q, timeout_ms: %d, retries: %d}", s.Addr(), wireTimeout, retries)
 	}
 	path := filepath.Join(t.TempDir(), "wire.manifest.yml")
 	if err := os.WriteFile(path, fmt.Appendf(nil, wireManifest, bus), 0o600); err != nil {
@@ -96,11 +102,35 @@ func (w *wireRig) do(t *testing.T, tool string, v int, key string) promcp.DoResp
 }
 
 // wireModes are the faults a write can meet, and whether the device applies
-// the write in each.
+// the write in each. A Delay reply is held until the call has returned.
 var wireModes = []modbusfault.Fault{
 	{Mode: modbusfault.ApplyDrop}, {Mode: modbusfault.ApplyNoReply}, {Mode: modbusfault.ApplyFIN},
-	{Mode: modbusfault.ApplyRST}, {Mode: modbusfault.Hang}, {Mode: modbusfault.Delay, Delay: 400 * time.Millisecond},
+	{Mode: modbusfault.ApplyRST}, {Mode: modbusfault.Hang}, {Mode: modbusfault.Delay},
 	{Mode: modbusfault.Exception, Code: 3}, {Mode: modbusfault.Garble}, {Mode: modbusfault.Mismatch},
+}
+
+// faulted makes a call that meets fault on its FC6 write, then lets the
+// device finish with every FC6 frame sent so far, the faulted one included,
+// before the test looks at the device or calls again: a frame may reach the
+// device after the client gave up on it (its outcome is in doubt, the device
+// may still act on it), and a held Delay reply goes out only now, late.
+func (w *wireRig) faulted(t *testing.T, fault modbusfault.Fault, v int, key string) promcp.DoResponse {
+	t.Helper()
+	hold := make(chan struct{})
+	fault.Match, fault.Times, fault.Hold = modbusfault.At(6, 0), 1, hold
+	sent := w.dev.Requests(6)
+	w.dev.Inject(fault)
+	resp := w.do(t, "do_flow_setpoint", v, key)
+	close(hold)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.dev.AwaitHandled(ctx, 6, sent+1); err != nil {
+		t.Fatalf("%s: the faulted write never reached the device: %v (call answered %+v)", key, err, resp)
+	}
+	if n := w.dev.Requests(6) - sent; n != 1 {
+		t.Fatalf("%s: one call put %d FC6 frames on the wire (answered %+v)", key, n, resp)
+	}
+	return resp
 }
 
 // For every fault a write can meet, every bus retries setting and both
@@ -108,9 +138,15 @@ var wireModes = []modbusfault.Fault{
 // on the device; retrying its key settles it without a second write (or
 // writes once when the first never applied); a later key's write is never
 // undone by a retry of the lost one.
+//
+// The scenarios run all at once rather than -parallel at a time: they spend
+// most of their time waiting out the bus timeout. Their rigs are set up one
+// at a time: a setup's burst of work would otherwise delay, on a loaded
+// machine, the exchanges of the scenarios already running past the timeout.
 func TestWireFaultsOneWritePerCall(t *testing.T) {
-	var mu sync.Mutex
-	scenarios, applied, calls := 0, 0, 0
+	var mu, setup sync.Mutex
+	var wg sync.WaitGroup
+	scenarios, applied := 0, 0
 	for _, rtu := range []bool{false, true} {
 		for _, retries := range []int{0, 1, 3} {
 			for _, f := range wireModes {
@@ -118,70 +154,74 @@ func TestWireFaultsOneWritePerCall(t *testing.T) {
 				if rtu {
 					name = fmt.Sprintf("rtu/retries=%d/%s", retries, f.Mode)
 				}
-				t.Run(name, func(t *testing.T) {
-					t.Parallel()
-					w := newWireRig(t, rtu, retries)
-					fault := f
-					fault.Match, fault.Times = modbusfault.At(6, 0), 1
-					w.dev.Inject(fault)
-
-					first := w.do(t, "do_flow_setpoint", 500, "A")
-					writesA := w.dev.Writes(modbusfault.HoldingRegisters, 0)
-					want := 0
-					if f.Mode.Applies() {
-						want = 1
-					}
-					if writesA != want || w.dev.Requests(6) != 1 {
-						t.Fatalf("first call (%s): %d writes applied, %d FC6 frames; want %d and 1", first.Status, writesA, w.dev.Requests(6), want)
-					}
-					switch {
-					case f.Mode == modbusfault.Exception:
-						if first.Permission != promcp.DeviceRejected {
-							t.Fatalf("exception reply answered %+v", first)
-						}
-					case first.Status != promcp.StatusFailed || first.PreviousValue == nil:
-						t.Fatalf("lost outcome answered %+v", first)
-					}
-					// An RTU device answers one frame at a time: let a delayed reply go by.
-					time.Sleep(f.Delay)
-					// The retry settles the key: confirmed if applied, written once if not.
-					again := w.do(t, "do_flow_setpoint", 500, "A")
-					if again.Status != promcp.StatusSuccess || w.dev.Writes(modbusfault.HoldingRegisters, 0) != 1 {
-						t.Fatalf("retry: %+v, %d writes applied; want success and 1", again, w.dev.Writes(modbusfault.HoldingRegisters, 0))
-					}
-					frames := w.dev.Requests(6)
-
-					// C lost, B, retry C: C must not undo B. A C the device
-					// refused never happened, so its retry is a new write.
-					w.dev.Inject(fault)
-					w.do(t, "do_flow_setpoint", 600, "C")
-					time.Sleep(f.Delay)
-					if b := w.do(t, "do_flow_setpoint", 700, "B"); b.Status != promcp.StatusSuccess {
-						t.Fatalf("B = %+v", b)
-					}
-					retryC := w.do(t, "do_flow_setpoint", 600, "C")
-					want = 700
-					if f.Mode == modbusfault.Exception {
-						want = 600
-					} else if retryC.Permission != promcp.Superseded {
-						t.Fatalf("retry of C after B = %+v, want superseded", retryC)
-					}
-					if got := w.dev.Value(modbusfault.HoldingRegisters, 0); int(got) != want {
-						t.Fatalf("after B and a retry of C the device holds %d, want %d (retry answered %+v)", got, want, retryC)
-					}
-					mu.Lock()
-					scenarios++
-					applied += w.dev.Writes(modbusfault.HoldingRegisters, 0)
-					calls += 5
-					mu.Unlock()
-					t.Logf("%s: FC6 frames %d after A and its retry, %d in all", name, frames, w.dev.Requests(6))
+				wg.Go(func() {
+					t.Run(name, func(t *testing.T) {
+						w := func() *wireRig {
+							setup.Lock()
+							defer setup.Unlock()
+							return newWireRig(t, rtu, retries)
+						}()
+						n := wireScenario(t, w, f)
+						mu.Lock()
+						scenarios++
+						applied += n
+						mu.Unlock()
+					})
 				})
 			}
 		}
 	}
+	wg.Wait()
 	t.Cleanup(func() {
-		fmt.Printf("engine wire faults: %d scenarios (9 fault modes x retries 0,1,3 x TCP/RTU), %d do_* calls, %d writes applied, 0 applied twice\n", scenarios, calls, applied)
+		fmt.Printf("engine wire faults: %d scenarios (9 fault modes x retries 0,1,3 x TCP/RTU), %d do_* calls, %d writes applied, 0 applied twice\n", scenarios, 5*scenarios, applied)
 	})
+}
+
+// wireScenario makes five calls, two of them meeting f, and returns how many
+// writes the device applied.
+func wireScenario(t *testing.T, w *wireRig, f modbusfault.Fault) int {
+	first := w.faulted(t, f, 500, "A")
+	writesA := w.dev.Writes(modbusfault.HoldingRegisters, 0)
+	want := 0
+	if f.Mode.Applies() {
+		want = 1
+	}
+	if writesA != want || w.dev.Requests(6) != 1 {
+		t.Fatalf("first call (%s): %d writes applied, %d FC6 frames; want %d and 1", first.Status, writesA, w.dev.Requests(6), want)
+	}
+	switch {
+	case f.Mode == modbusfault.Exception:
+		if first.Permission != promcp.DeviceRejected {
+			t.Fatalf("exception reply answered %+v", first)
+		}
+	case first.Status != promcp.StatusFailed || first.PreviousValue == nil:
+		t.Fatalf("lost outcome answered %+v", first)
+	}
+	// The retry settles the key: confirmed if applied, written once if not.
+	again := w.do(t, "do_flow_setpoint", 500, "A")
+	if again.Status != promcp.StatusSuccess || w.dev.Writes(modbusfault.HoldingRegisters, 0) != 1 {
+		t.Fatalf("retry: %+v, %d writes applied; want success and 1", again, w.dev.Writes(modbusfault.HoldingRegisters, 0))
+	}
+	frames := w.dev.Requests(6)
+
+	// C lost, B, retry C: C must not undo B. A C the device
+	// refused never happened, so its retry is a new write.
+	w.faulted(t, f, 600, "C")
+	if b := w.do(t, "do_flow_setpoint", 700, "B"); b.Status != promcp.StatusSuccess {
+		t.Fatalf("B = %+v", b)
+	}
+	retryC := w.do(t, "do_flow_setpoint", 600, "C")
+	want = 700
+	if f.Mode == modbusfault.Exception {
+		want = 600
+	} else if retryC.Permission != promcp.Superseded {
+		t.Fatalf("retry of C after B = %+v, want superseded", retryC)
+	}
+	if got := w.dev.Value(modbusfault.HoldingRegisters, 0); int(got) != want {
+		t.Fatalf("after B and a retry of C the device holds %d, want %d (retry answered %+v)", got, want, retryC)
+	}
+	t.Logf("FC6 frames %d after A and its retry, %d in all", frames, w.dev.Requests(6))
+	return w.dev.Writes(modbusfault.HoldingRegisters, 0)
 }
 
 // An in-doubt write over the wire is charged to the cooldown.

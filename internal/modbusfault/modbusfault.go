@@ -5,10 +5,12 @@
 // for the next N requests: it can apply a write and then lose, delay, garble
 // or refuse the reply, or drop the connection. It counts every request it
 // receives and every write it applies, so a test can tell how many frames a
-// client sent and how many writes took effect.
+// client sent and how many writes took effect, and it lets a test wait until
+// it has finished with a request instead of guessing how long that takes.
 package modbusfault
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"sync"
@@ -89,6 +91,10 @@ type Fault struct {
 	Times int
 	// Delay is how long Delay mode holds the reply.
 	Delay time.Duration
+	// Hold, when set, holds a Delay reply until it is closed instead: a
+	// test closes it once the client has given up, so the reply is late
+	// however slowly either side is scheduled.
+	Hold <-chan struct{}
 	// Code is the exception code for Exception mode (0 means 4, server
 	// device failure).
 	Code uint8
@@ -116,12 +122,15 @@ type Device struct {
 	values   map[cell]uint16 // bits are 0 or 1; absent cells read 0
 	writes   map[cell]int    // applied writes per address
 	requests map[uint8]int   // requests received per function code
+	handled  map[uint8]int   // requests finished with per function code
+	changed  chan struct{}   // closed and replaced when handled grows
 	faults   []*Fault
 	done     chan struct{} // closed when the server closes; ends delays
 }
 
 func newDevice() *Device {
-	return &Device{values: map[cell]uint16{}, writes: map[cell]int{}, requests: map[uint8]int{}, done: make(chan struct{})}
+	return &Device{values: map[cell]uint16{}, writes: map[cell]int{}, requests: map[uint8]int{},
+		handled: map[uint8]int{}, changed: make(chan struct{}), done: make(chan struct{})}
 }
 
 // Inject adds a fault. A request takes the first injected fault that matches
@@ -165,24 +174,62 @@ func (d *Device) Requests(fc uint8) int {
 	return d.requests[fc]
 }
 
-// wait sleeps for dt; false means the server closed meanwhile.
-func (d *Device) wait(dt time.Duration) bool {
-	t := time.NewTimer(dt)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-d.done:
-		return false
+// AwaitHandled waits until the device has finished with n requests with
+// function code fc: acted on them (applied or not), answered them or chosen
+// silence, and ended their connection when the fault says so. A request sent
+// just before the client gave up may reach the device only after, so a test
+// that counts what a call put on the wire waits for this first.
+func (d *Device) AwaitHandled(ctx context.Context, fc uint8, n int) error {
+	for {
+		d.mu.Lock()
+		got, changed := d.handled[fc], d.changed
+		d.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("modbusfault: finished with %d FC%d requests, waiting for %d: %w", got, fc, n, ctx.Err())
+		}
 	}
 }
 
+// finished counts a request with function code fc as handled; the transports
+// call it once they have done all they do about the request.
+func (d *Device) finished(fc uint8) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.handled[fc]++
+	close(d.changed)
+	d.changed = make(chan struct{})
+}
+
+// wait sleeps for dt, or until hold closes when it is not nil; false means the
+// server closed meanwhile.
+func (d *Device) wait(dt time.Duration, hold <-chan struct{}) bool {
+	var elapsed <-chan time.Time // stays nil, never ready, while hold is set
+	if hold == nil {
+		t := time.NewTimer(dt)
+		defer t.Stop()
+		elapsed = t.C
+	}
+	select {
+	case <-elapsed:
+	case <-hold:
+	case <-d.done:
+		return false
+	}
+	return true
+}
+
 // outcome is what the transport does about one request: send pdu (nil: no
-// reply) after waiting delay, or act out mode.
+// reply) after waiting delay (or for hold), or act out mode.
 type outcome struct {
 	mode  Mode
 	pdu   []byte
 	delay time.Duration
+	hold  <-chan struct{}
 }
 
 // handle decodes a request PDU, picks its fault, applies it and builds the
@@ -206,7 +253,7 @@ func (d *Device) handle(unit uint8, pdu []byte) outcome {
 	if f.Mode == Mismatch {
 		reply[0] = swapped[reply[0]]
 	}
-	return outcome{mode: f.Mode, pdu: reply, delay: f.Delay}
+	return outcome{mode: f.Mode, pdu: reply, delay: f.Delay, hold: f.Hold}
 }
 
 // swapped pairs function codes whose replies have the same layout.

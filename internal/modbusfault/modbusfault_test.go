@@ -1,6 +1,7 @@
 package modbusfault
 
 import (
+	"context"
 	"encoding/hex"
 	"io"
 	"net"
@@ -90,5 +91,48 @@ func TestTCPRST(t *testing.T) {
 	}
 	if s.Writes(HoldingRegisters, 1) != 1 || s.Value(HoldingRegisters, 1) != 5 {
 		t.Fatal("the write was not applied before the reset")
+	}
+}
+
+// TestHoldAndAwaitHandled: a held Delay reply goes out only when the test
+// lets it, and the device counts the request as handled only then; a Hang is
+// handled at once, though the connection stays open until the client closes it.
+func TestHoldAndAwaitHandled(t *testing.T) {
+	s := StartTCP(t)
+	hold := make(chan struct{})
+	s.Inject(Fault{Mode: Delay, Match: At(6, 1), Times: 1, Hold: hold})
+	s.Inject(Fault{Mode: Hang, Match: At(6, 2), Times: 1})
+	c, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// FC6 to holding register 1, value 5, unit 1, transaction 7.
+	if _, err := c.Write([]byte{0, 7, 0, 0, 0, 6, 1, 6, 0, 1, 0, 5}); err != nil {
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancelShort()
+	if err := s.AwaitHandled(short, 6, 1); err == nil {
+		t.Fatal("handled while its reply was held")
+	}
+	close(hold)
+	reply := make([]byte, 12)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(c, reply); err != nil || reply[1] != 7 || reply[7] != 6 {
+		t.Fatalf("reply % x, %v; want the echo of transaction 7", reply, err)
+	}
+
+	// FC6 to holding register 2: the device hangs.
+	if _, err := c.Write([]byte{0, 8, 0, 0, 0, 6, 1, 6, 0, 2, 0, 5}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.AwaitHandled(ctx, 6, 2); err != nil {
+		t.Fatal(err)
+	}
+	if s.Writes(HoldingRegisters, 1) != 1 || s.Writes(HoldingRegisters, 2) != 0 || s.Requests(6) != 2 {
+		t.Fatalf("writes %d and %d, requests %d; want 1, 0, 2", s.Writes(HoldingRegisters, 1), s.Writes(HoldingRegisters, 2), s.Requests(6))
 	}
 }

@@ -73,7 +73,7 @@ func (s *RTU) serve() {
 			// No one has the slave side open (yet, or between a client's
 			// close and reopen): what was pending is lost with it.
 			buf = buf[:0]
-			if !s.wait(5 * time.Millisecond) {
+			if !s.wait(5*time.Millisecond, nil) {
 				return
 			}
 			continue
@@ -90,10 +90,16 @@ func (s *RTU) serve() {
 			if size <= 0 || len(buf) < size {
 				break
 			}
-			if reply := s.frame(buf[:size]); reply != nil {
-				if _, err := s.ptm.Write(reply); err != nil {
-					return
-				}
+			reply, heard := s.frame(buf[:size])
+			var err error
+			if reply != nil {
+				_, err = s.ptm.Write(reply)
+			}
+			if heard {
+				s.finished(buf[1])
+			}
+			if err != nil {
+				return
 			}
 			buf = buf[size:]
 		}
@@ -101,26 +107,27 @@ func (s *RTU) serve() {
 }
 
 // frame handles one request frame and returns the reply frame, or nil.
-func (s *RTU) frame(req []byte) []byte {
+// heard is false for a frame the device ignores unseen (broadcast, bad CRC).
+func (s *RTU) frame(req []byte) (reply []byte, heard bool) {
 	unit := req[0]
 	if unit == 0 || crc(req[:len(req)-2]) != binary.LittleEndian.Uint16(req[len(req)-2:]) {
-		return nil
+		return nil, false
 	}
 	o := s.handle(unit, req[1:len(req)-2])
 	switch o.mode {
 	case ApplyDrop, ApplyNoReply, ApplyFIN, ApplyRST, Hang:
-		return nil
+		return nil, true
 	case Delay:
-		if !s.wait(o.delay) {
-			return nil
+		if !s.wait(o.delay, o.hold) {
+			return nil, true
 		}
 	}
-	reply := append([]byte{unit}, o.pdu...)
+	reply = append([]byte{unit}, o.pdu...)
 	reply = binary.LittleEndian.AppendUint16(reply, crc(reply))
 	if o.mode == Garble {
 		reply[len(reply)-1] ^= 0x5A
 	}
-	return reply
+	return reply, true
 }
 
 // requestLen is the length of the RTU request frame that starts with b, 0

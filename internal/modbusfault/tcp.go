@@ -111,35 +111,46 @@ func (s *TCP) serve(c *net.TCPConn) {
 		if _, err := io.ReadFull(c, pdu); err != nil {
 			return
 		}
-		o := s.handle(hdr[6], pdu)
-		switch o.mode {
-		case ApplyNoReply:
-			continue
-		case ApplyDrop:
-			return
-		case ApplyRST:
-			_ = c.SetLinger(0)
-			return
-		case ApplyFIN:
-			_ = c.CloseWrite()
+		more, drain := s.respond(c, hdr, s.handle(hdr[6], pdu))
+		s.finished(pdu[0])
+		if drain {
 			_, _ = io.Copy(io.Discard, c)
-			return
-		case Hang:
-			_, _ = io.Copy(io.Discard, c)
-			return
-		case Delay:
-			if !s.wait(o.delay) {
-				return
-			}
 		}
-		frame := append(hdr[:4:4], 0, 0, hdr[6])
-		binary.BigEndian.PutUint16(frame[4:], uint16(len(o.pdu)+1))
-		frame = append(frame, o.pdu...)
-		if o.mode == Garble {
-			frame[3] ^= 0x5A // the protocol id must be 0
-		}
-		if _, err := c.Write(frame); err != nil {
+		if !more {
 			return
 		}
 	}
+}
+
+// respond acts out o on c. more says the connection goes on serving; drain,
+// that it only hears the client out until the client closes it.
+func (s *TCP) respond(c *net.TCPConn, hdr [7]byte, o outcome) (more, drain bool) {
+	switch o.mode {
+	case ApplyNoReply:
+		return true, false
+	case ApplyDrop:
+		c.Close()
+		return false, false
+	case ApplyRST:
+		_ = c.SetLinger(0)
+		c.Close()
+		return false, false
+	case ApplyFIN:
+		_ = c.CloseWrite()
+		return false, true
+	case Hang:
+		return false, true
+	case Delay:
+		if !s.wait(o.delay, o.hold) {
+			return false, false
+		}
+	}
+	frame := append(hdr[:4:4], 0, 0, hdr[6])
+	binary.BigEndian.PutUint16(frame[4:], uint16(len(o.pdu)+1))
+	frame = append(frame, o.pdu...)
+	if o.mode == Garble {
+		frame[3] ^= 0x5A // the protocol id must be 0
+	}
+	_, err := c.Write(frame)
+	return err == nil, false
 }
