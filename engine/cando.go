@@ -272,11 +272,7 @@ func (e *Engine) CanDo(ctx context.Context, caller Caller, req promcp.CanDoReque
 			blocked, rb = append(blocked, h), append(rb, r)
 		}
 	}
-	limit := req.MaxCandidates
-	if limit <= 0 {
-		limit = promcp.DefaultMaxCandidates
-	}
-	keepC, keepB, omitted := promcp.Cap(limit, rc, rb)
+	keepC, keepB, omitted := promcp.Cap(req.Limit(), rc, rb)
 	for _, i := range keepC {
 		rep.Candidates = append(rep.Candidates, e.hitCandidate(ctx, in, cands[i], now))
 	}

@@ -165,3 +165,20 @@ func TestCanDoIndexFindsTargetsAndRelatedReads(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 }
+
+// Related reads come most relevant first (the most intent tags shared, ties
+// in manifest order) and all of them: the edge that knows what it serves
+// caps them.
+func TestCanDoRelatedReadsRanked(t *testing.T) {
+	r := zoneRig(t)
+	rep := r.canDoAtMost(t, promcp.Intent{SemanticTags: []string{"temperature", "zone_07", "Temperature"}, Action: "read"}, 2)
+	want := []string{"read_temperature_07"}
+	for i := range 12 {
+		if i != 7 {
+			want = append(want, fmt.Sprintf("read_temperature_%02d", i))
+		}
+	}
+	if !slices.Equal(rep.Context.RelatedReads, want) {
+		t.Fatalf("related reads %v, want %v", rep.Context.RelatedReads, want)
+	}
+}

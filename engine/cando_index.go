@@ -166,15 +166,27 @@ func (e *Engine) hitBlocked(in query, h *hit) promcp.Blocked {
 	return b
 }
 
-// relatedReads lists read tools that share tags with the intent, with what
-// the cache already knows of them (can_do does not read them all).
+// relatedReads lists read tools that share tags with the intent, those that
+// share the most first (ties in catalog order), with what the cache already
+// knows of them (can_do does not read them all). It lists them all: the edge
+// caps the list (promcp.CapReads) after leaving out what it does not serve.
 func (e *Engine) relatedReads(rep *promcp.CapabilityReport, in promcp.Intent) {
 	tags := make([]string, len(in.SemanticTags))
 	for i, t := range in.SemanticTags {
 		tags[i] = strings.ToLower(strings.TrimSpace(t))
 	}
+	tags = slices.Compact(slices.Sorted(slices.Values(tags)))
 	cat := e.catalog()
-	for _, i := range lookup(cat.canDoIndex().readsByTag, tags) {
+	byTag := cat.canDoIndex().readsByTag
+	shared := map[int]int{}
+	for _, t := range tags {
+		for _, i := range byTag[t] {
+			shared[i]++
+		}
+	}
+	reads := lookup(byTag, tags)
+	slices.SortStableFunc(reads, func(a, b int) int { return shared[b] - shared[a] })
+	for _, i := range reads {
 		pt := cat.points[cat.tools[i].Name]
 		rep.Context.RelatedReads = append(rep.Context.RelatedReads, pt.tool)
 		pt.mu.Lock()

@@ -178,3 +178,29 @@ func TestForwardedQueries(t *testing.T) {
 		t.Fatalf("ttl 0 forwarded on: err %v, %d asks", err, ask.calls.Load())
 	}
 }
+
+// The merged answer's related reads (node.tool) are capped at max_candidates
+// as its candidates are, each read's observation going with it, and counted
+// in metadata.omitted.
+func TestMergedRelatedReadsCapped(t *testing.T) {
+	ms := members{self: peer("a", "z1", mesh.Alive), peers: []mesh.Peer{peer("c", "z2", mesh.Alive, "rain"), peer("d", "z2", mesh.Alive, "rain")}}
+	ask := &fakeAsker{answer: func(p mesh.Peer, _ Hop) promcp.CapabilityReport {
+		rep := candidateOf(p, "do_rain_cover")
+		rep.Context.CurrentObservations = map[string]any{"read_rain_cover": map[string]any{"value": true}}
+		return rep
+	}}
+	r := New(ask, Config{})
+	r.SetMembers(ms)
+	args := map[string]any{"intent": rainArgs["intent"], "max_candidates": 1.0}
+	rep, err := r.Route(context.Background(), args, nil, own(unserved()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads := rep.Context.RelatedReads
+	if len(rep.Candidates) != 1 || len(reads) != 1 || len(rep.Context.CurrentObservations) != 1 || rep.Context.CurrentObservations[reads[0]] == nil {
+		t.Fatalf("candidates %+v, related reads %v, observations %v; want one of each", rep.Candidates, reads, rep.Context.CurrentObservations)
+	}
+	if om := rep.Metadata.Omitted; om == nil || om.Candidates.Count != 1 || om.RelatedReads.Count != 1 || om.MaxCandidates != 1 {
+		t.Fatalf("omitted %+v", om)
+	}
+}

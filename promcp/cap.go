@@ -7,9 +7,9 @@ import (
 	"strings"
 )
 
-// DefaultMaxCandidates is how many candidates, and how many blocked entries,
-// a CapabilityReport lists when the caller does not say (can_do's
-// max_candidates). It is proMCP's advice of at most 8 tools per endpoint: on
+// DefaultMaxCandidates is how many candidates, how many blocked entries and
+// how many related reads a CapabilityReport lists when the caller does not
+// say (can_do's max_candidates). It is proMCP's advice of at most 8 tools per endpoint: on
 // an endpoint that follows it, can_do never leaves anything out.
 const DefaultMaxCandidates = 8
 
@@ -25,11 +25,14 @@ type Ranked struct {
 // Omitted says what a capped CapabilityReport left out (PhysMCP extension,
 // metadata.omitted), so that nothing is dropped silently.
 type Omitted struct {
-	// MaxCandidates is the cap that applied to candidates and to blocked
-	// entries, each.
+	// MaxCandidates is the cap that applied to candidates, to blocked
+	// entries and to related reads, each.
 	MaxCandidates int            `json:"max_candidates"`
 	Candidates    OmittedEntries `json:"candidates"`
 	Blocked       OmittedEntries `json:"blocked"`
+	// RelatedReads counts the context.related_reads left out (and with
+	// them their current_observations).
+	RelatedReads OmittedReads `json:"related_reads"`
 	// Hint says how to see the rest: narrow the intent or raise the cap.
 	Hint string `json:"hint"`
 }
@@ -41,6 +44,12 @@ type OmittedEntries struct {
 	BestConfidence float64 `json:"best_confidence"`
 	// Permissions counts them by permission.
 	Permissions map[Permission]int `json:"permissions"`
+}
+
+// OmittedReads counts the related reads left out: they have no confidence
+// or permission to count by.
+type OmittedReads struct {
+	Count int `json:"count"`
 }
 
 // newOmitted is an empty account, its maps made: the schema has them as
@@ -160,6 +169,26 @@ func CapReport(rep *CapabilityReport, limit int) {
 	rep.Candidates = pick(rep.Candidates, kc)
 	rep.Blocked = pick(rep.Blocked, kb)
 	rep.Metadata.Omitted = MergeOmitted(rep.Metadata.Omitted, om)
+	CapReads(rep, limit)
+}
+
+// CapReads keeps the first limit of a report's related reads (they come
+// ranked, the most relevant first) and their current observations, and
+// counts the rest in metadata.omitted.
+func CapReads(rep *CapabilityReport, limit int) {
+	limit = max(limit, 1)
+	reads := rep.Context.RelatedReads
+	if len(reads) <= limit {
+		return
+	}
+	for _, r := range reads[limit:] {
+		delete(rep.Context.CurrentObservations, r)
+	}
+	om := newOmitted()
+	om.MaxCandidates = limit
+	om.RelatedReads.Count = len(reads) - limit
+	rep.Context.RelatedReads = reads[:limit:limit]
+	rep.Metadata.Omitted = MergeOmitted(rep.Metadata.Omitted, &om)
 }
 
 func pick[T any](list []T, keep []int) []T {
@@ -182,6 +211,7 @@ func MergeOmitted(a, b *Omitted) *Omitted {
 			out.MaxCandidates = max(out.MaxCandidates, o.MaxCandidates)
 			out.Candidates.merge(o.Candidates)
 			out.Blocked.merge(o.Blocked)
+			out.RelatedReads.Count += o.RelatedReads.Count
 		}
 	}
 	out.Hint = omittedHint(out)
@@ -208,6 +238,19 @@ func omittedHint(o Omitted) string {
 		}
 		parts = append(parts, fmt.Sprintf("%d %s (%s; best confidence %s)", l.e.Count, what, strings.Join(perms, ", "), Number(l.e.BestConfidence)))
 	}
+	switch n := o.RelatedReads.Count; {
+	case n == 1:
+		parts = append(parts, "1 related read")
+	case n > 1:
+		parts = append(parts, fmt.Sprintf("%d related reads", n))
+	}
+	if len(parts) == 0 {
+		return "" // a peer's omitted that counts nothing
+	}
+	list := parts[len(parts)-1]
+	if len(parts) > 1 {
+		list = strings.Join(parts[:len(parts)-1], ", ") + " and " + list
+	}
 	return fmt.Sprintf("Left out: %s. To see them, narrow the intent (target, semantic_tags, location, scope) or raise max_candidates (now %d).",
-		strings.Join(parts, " and "), o.MaxCandidates)
+		list, o.MaxCandidates)
 }

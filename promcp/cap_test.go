@@ -74,7 +74,11 @@ func TestCapReport(t *testing.T) {
 		Metadata: ReportMetadata{Omitted: &Omitted{MaxCandidates: 1, Candidates: OmittedEntries{Count: 3, BestConfidence: 0.4, Permissions: map[Permission]int{Allowed: 3}},
 			Blocked: OmittedEntries{Permissions: map[Permission]int{}}}},
 	}
+	rep.Context = ReportContext{RelatedReads: []string{"read_a", "pump_02.read_b"}, CurrentObservations: map[string]any{"read_a": 1.0, "pump_02.read_b": 2.0}}
 	CapReport(&rep, 1)
+	if !slices.Equal(rep.Context.RelatedReads, []string{"read_a"}) || len(rep.Context.CurrentObservations) != 1 {
+		t.Fatalf("related reads %v, observations %v", rep.Context.RelatedReads, rep.Context.CurrentObservations)
+	}
 	var names []string
 	for _, c := range rep.Candidates {
 		names = append(names, c.Capability)
@@ -87,11 +91,45 @@ func TestCapReport(t *testing.T) {
 	}
 	om := rep.Metadata.Omitted
 	if om.Candidates.Count != 4 || om.Candidates.Permissions[Allowed] != 4 || om.Candidates.BestConfidence != 0.5 ||
-		om.Blocked.Count != 1 || om.Blocked.Permissions[CooldownActive] != 1 || !strings.Contains(om.Hint, "Left out: 4 candidates (4 allowed; best confidence 0.5) and 1 blocked entry (1 cooldown_active; best confidence 0.7)") {
+		om.Blocked.Count != 1 || om.Blocked.Permissions[CooldownActive] != 1 || om.RelatedReads.Count != 1 ||
+		!strings.Contains(om.Hint, "Left out: 4 candidates (4 allowed; best confidence 0.5), 1 blocked entry (1 cooldown_active; best confidence 0.7) and 1 related read.") {
 		t.Fatalf("omitted %+v", om)
 	}
 	out, err := json.Marshal(rep.Metadata)
 	if err != nil || !strings.Contains(string(out), `"omitted":{"max_candidates":1,"candidates":{"count":4`) {
 		t.Fatalf("metadata %s %v", out, err)
+	}
+}
+
+// Related reads are capped as the other lists are, in the order given, each
+// read's observation going with it, and counted beside the matches left out.
+func TestCapReads(t *testing.T) {
+	rep := CapabilityReport{Context: ReportContext{
+		RelatedReads:        []string{"read_a", "read_b", "read_c", "read_d"},
+		CurrentObservations: map[string]any{"read_a": 1.0, "read_c": 3.0, "read_d": 4.0},
+	}}
+	CapReads(&rep, 4)
+	if len(rep.Context.RelatedReads) != 4 || rep.Metadata.Omitted != nil {
+		t.Fatalf("nothing to leave out: %v, omitted %+v", rep.Context.RelatedReads, rep.Metadata.Omitted)
+	}
+	CapReads(&rep, 2)
+	if !slices.Equal(rep.Context.RelatedReads, []string{"read_a", "read_b"}) || len(rep.Context.CurrentObservations) != 1 || rep.Context.CurrentObservations["read_a"] != 1.0 {
+		t.Fatalf("kept %v, observations %v", rep.Context.RelatedReads, rep.Context.CurrentObservations)
+	}
+	om := rep.Metadata.Omitted
+	if om == nil || om.MaxCandidates != 2 || om.RelatedReads.Count != 2 || om.Candidates.Count != 0 || om.Blocked.Count != 0 ||
+		om.Hint != "Left out: 2 related reads. To see them, narrow the intent (target, semantic_tags, location, scope) or raise max_candidates (now 2)." {
+		t.Fatalf("omitted %+v", om)
+	}
+	CapReads(&rep, 0)
+	if !slices.Equal(rep.Context.RelatedReads, []string{"read_a"}) || rep.Metadata.Omitted.RelatedReads.Count != 3 {
+		t.Fatalf("a cap below 1 keeps one, the counts add up: %v, omitted %+v", rep.Context.RelatedReads, rep.Metadata.Omitted)
+	}
+	if om := MergeOmitted(&Omitted{}, nil); om.Hint != "" {
+		t.Fatalf("a peer's omitted that counts nothing: %+v", om)
+	}
+	out, err := json.Marshal(rep.Metadata.Omitted)
+	if err != nil || !strings.Contains(string(out), `"related_reads":{"count":3}`) {
+		t.Fatalf("omitted %s %v", out, err)
 	}
 }

@@ -116,7 +116,7 @@ func CanDoInputSchema() Schema {
 		"query":  intent("PhysMCP alias of intent: give intent or query, exactly one."),
 		"scope":  stringArray("Limit the answer to these capabilities, tools or device ids."),
 		"max_candidates": Schema{"type": "integer", "minimum": 1,
-			"description": fmt.Sprintf("List at most this many candidates, and this many blocked entries, the best matches first (default %d); metadata.omitted counts the rest.", DefaultMaxCandidates)},
+			"description": fmt.Sprintf("List at most this many candidates, this many blocked entries and this many related reads, the best matches first (default %d); metadata.omitted counts the rest.", DefaultMaxCandidates)},
 	})
 	s["description"] = "Give exactly one of intent and its PhysMCP alias query; neither or both is answered as malformed_request."
 	s["additionalProperties"] = false
@@ -298,9 +298,12 @@ var omittedSchema = func() Schema {
 		"max_candidates": Schema{"type": "integer", "minimum": 1},
 		"candidates":     entries,
 		"blocked":        entries,
-		"hint":           Schema{"type": "string"},
-	}, "max_candidates", "candidates", "blocked", "hint")
-	s["description"] = "Present when the answer left matches out (max_candidates): how many, by permission, and how to see them."
+		"related_reads": object(Schema{
+			"count": Schema{"type": "integer", "minimum": 0},
+		}, "count"),
+		"hint": Schema{"type": "string"},
+	}, "max_candidates", "candidates", "blocked", "related_reads", "hint")
+	s["description"] = "Present when the answer left matches or related reads out (max_candidates): how many, matches by permission, and how to see them."
 	return s
 }()
 

@@ -135,9 +135,18 @@ var Actions = []string{"read", "create", "update", "delete", "toggle", "increase
 type CanDoRequest struct {
 	Intent Intent   `json:"intent"`
 	Scope  []string `json:"scope,omitempty"`
-	// MaxCandidates caps the candidates and the blocked entries listed, each
-	// (PhysMCP extension); 0 means DefaultMaxCandidates.
+	// MaxCandidates caps the candidates, the blocked entries and the related
+	// reads listed, each (PhysMCP extension); 0 means DefaultMaxCandidates.
 	MaxCandidates int `json:"max_candidates,omitempty"`
+}
+
+// Limit is the cap that applies to each list of the report: MaxCandidates,
+// or DefaultMaxCandidates when the caller did not say.
+func (r CanDoRequest) Limit() int {
+	if r.MaxCandidates <= 0 {
+		return DefaultMaxCandidates
+	}
+	return r.MaxCandidates
 }
 
 // CurrentState is a candidate's last known value.
@@ -243,8 +252,8 @@ type ReportMetadata struct {
 	// Extensions.
 	DeviceID   string `json:"device_id,omitempty"`
 	PromcpBase string `json:"promcp_base,omitempty"`
-	// Omitted says what the cap on candidates and blocked entries left
-	// out; nil when nothing was.
+	// Omitted says what the cap on candidates, blocked entries and related
+	// reads left out; nil when nothing was.
 	Omitted *Omitted `json:"omitted,omitempty"`
 	// Mesh is how a mesh node coordinated the query (PhysMCP); nil on a
 	// device that is not in a mesh.

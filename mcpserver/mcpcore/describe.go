@@ -131,9 +131,9 @@ func canDoDescription(m *manifest.Manifest) string {
 	return fmt.Sprintf("Checks, without acting, whether an intended action is allowed and feasible right now on %s."+
 		" Give intent.semantic_tags (what it is about), intent.action (%s), and for a change intent.target and intent.value"+
 		" (PhysMCP's query may stand for intent: give exactly one)."+
-		" Returns the best-matching candidates (tool, permission, confidence, constraints, current state, valid_until), blocked tools with the reason"+
-		" (at most max_candidates of each, default %d; metadata.omitted counts the rest),"+
-		" unroutable entries when nothing matches, and the read_* tools to check first."+
+		" Returns the best-matching candidates (tool, permission, confidence, constraints, current state, valid_until), blocked tools with the reason,"+
+		" unroutable entries when nothing matches, and the read_* tools to check first"+
+		" (at most max_candidates candidates, blocked tools and reads each, default %d; metadata.omitted counts the rest)."+
 		" Act only on a candidate whose permission is allowed, before its valid_until; confidence below 0.7 means confirm with a person first.",
 		m.Device.ID, strings.Join(promcp.Actions, ", "), promcp.DefaultMaxCandidates)
 }

@@ -128,6 +128,7 @@ func (s *Surface) CanDo(ctx context.Context, caller engine.Caller, args map[stri
 		return rep, err
 	}
 	s.trimReport(&rep)
+	promcp.CapReads(&rep, cr.Limit())
 	if s.site {
 		s.nameEndpoints(&rep)
 	}
