@@ -205,24 +205,25 @@ func (b *bench) serveHTTP(manifest string, extra ...string) (string, *exec.Cmd, 
 	return "", nil, fmt.Errorf("physmcpd %v did not listen", args)
 }
 
-// serveBare starts baremcp with tool and returns its URL.
-func (b *bench) serveBare(toolFile string, validate bool) (string, error) {
-	cmd := exec.Command(b.bare, "-tool", toolFile, "-validate="+strconv.FormatBool(validate))
+// serveBare starts baremcp with tool (and extra flags) and returns its URL
+// and process.
+func (b *bench) serveBare(toolFile string, validate bool, extra ...string) (string, *exec.Cmd, error) {
+	cmd := exec.Command(b.bare, append([]string{"-tool", toolFile, "-validate=" + strconv.FormatBool(validate)}, extra...)...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if err := b.start(cmd); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	line := make([]byte, 128)
 	n, _ := out.Read(line)
 	addr, ok := strings.CutPrefix(strings.TrimSpace(string(line[:n])), "listening ")
 	if !ok {
-		return "", fmt.Errorf("baremcp said %q", line[:n])
+		return "", nil, fmt.Errorf("baremcp said %q", line[:n])
 	}
-	return "http://" + addr + "/mcp", nil
+	return "http://" + addr + "/mcp", cmd, nil
 }
 
 func (b *bench) start(cmd *exec.Cmd) error {
@@ -402,11 +403,11 @@ func (b *bench) cachedReads(dev *modbusfault.TCP) error {
 	if err != nil {
 		return err
 	}
-	bareOn, err := b.serveBare(tool, true)
+	bareOn, _, err := b.serveBare(tool, true)
 	if err != nil {
 		return err
 	}
-	bareOff, err := b.serveBare(tool, false)
+	bareOff, _, err := b.serveBare(tool, false)
 	if err != nil {
 		return err
 	}
@@ -548,27 +549,24 @@ func timedPosts(post func(string) ([]byte, error), n int, body func(i int) strin
 // physmcpd does: the device is in this process, which sleeps in its HTTP or
 // stdio client while physmcpd reads and must be woken to answer, as it must
 // for a client in another process; a goburrow loop in this process finds it
-// awake. The in-process loop is shown beside it.
+// awake. The in-process loop is shown beside it. With -base, the other build
+// reads in the same rounds and its ratios are shown beside the tree's.
 func (b *bench) uncachedReads(dev *modbusfault.TCP) error {
-	url, httpCmd, err := b.serveHTTP("read", "--state-dir", filepath.Join(b.dir, "state-read"))
+	const n = 200
+	tree, err := b.physmcpdArms(b.physmcpd, "read", n)
 	if err != nil {
 		return err
 	}
-	httpC, err := connectHTTP(url)
+	defer tree.stdio.Close()
+	bareMCP, err := b.bareArms(dev.Addr(), n)
 	if err != nil {
 		return err
 	}
-	stdioC, stdioCmd, err := connectStdio(b.physmcpd, "serve", "--manifest", filepath.Join(b.dir, "read.yml"), "--policy", filepath.Join(b.dir, "policy.yml"),
-		"--stdio", "--state-dir", filepath.Join(b.dir, "state-read-stdio"), "--log-level", "error")
-	if err != nil {
-		return err
-	}
-	defer stdioC.Close()
+	defer bareMCP.stdio.Close()
 	h := gb.NewTCPClientHandler(dev.Addr())
 	h.Timeout, h.SlaveId = time.Second, 1
 	defer h.Close()
 	bare := gb.NewClient(h)
-	const n = 200
 	goburrow := func() (float64, error) {
 		start := time.Now()
 		for range n {
@@ -582,36 +580,131 @@ func (b *bench) uncachedReads(dev *modbusfault.TCP) error {
 	if err != nil {
 		return err
 	}
-	// CPU time per call of physmcpd and of the bare process, per arm: what
-	// each spends itself (user and kernel), as against the time calls take.
-	cpu := make([][]float64, 5)
-	arms := []func() (float64, error){withCPU(apartPid, n, apart, &cpu[4]),
-		withCPU(httpCmd.Process.Pid, n, calls([]*client.Client{httpC}, "read_level_live", n), &cpu[0]),
-		withCPU(httpCmd.Process.Pid, n, calls([]*client.Client{httpC}, "read_level", n), &cpu[1]),
-		withCPU(stdioCmd.Process.Pid, n, calls([]*client.Client{stdioC}, "read_level_live", n), &cpu[2]),
-		withCPU(stdioCmd.Process.Pid, n, calls([]*client.Client{stdioC}, "read_level", n), &cpu[3]), goburrow}
+	// Arms: 0 goburrow's process, 1 goburrow here, then four per server
+	// (HTTP uncached, HTTP cached, stdio uncached, stdio cached): physmcpd
+	// from 2, baremcp from 6, the -base build from 10.
+	var apartCPU []float64
+	servers := []*uncachedArms{tree, bareMCP}
+	if b.base != "" {
+		base, err := b.physmcpdArms(b.base, "read-base", n)
+		if err != nil {
+			return err
+		}
+		defer base.stdio.Close()
+		servers = append(servers, base)
+	}
+	arms := []func() (float64, error){withCPU(apartPid, n, apart, &apartCPU), goburrow}
+	for _, s := range servers {
+		arms = append(arms, s.arms...)
+	}
 	for _, arm := range arms {
 		if _, err := arm(); err != nil {
 			return err
 		}
 	}
-	for i := range cpu {
-		cpu[i] = cpu[i][:0] // not the warm-up
+	apartCPU = apartCPU[:0] // not the warm-up
+	for _, s := range servers {
+		for i := range s.cpu {
+			s.cpu[i] = s.cpu[i][:0]
+		}
 	}
 	ns, err := rounds(b.rounds, arms...)
 	if err != nil {
 		return err
 	}
-	for i, transport := range []string{"HTTP", "stdio"} {
-		live, cached := 1+2*i, 2+2*i
+	// ratio is (uncached − cached) ÷ goburrow's process of server s over transport t.
+	ratio := func(s, t int) float64 {
+		live := 2 + 4*s + 2*t
+		return medianOf(ns, func(r []float64) float64 { return (r[live] - r[live+1]) / r[0] })
+	}
+	cpu := func(s, t int) string { return us(median(servers[s].cpu[2*t]) - median(servers[s].cpu[2*t+1])) }
+	for t, transport := range []string{"HTTP", "stdio"} {
+		live, cached := 2+2*t, 3+2*t
+		same := fmt.Sprintf("; in the same rounds, a bare mcp-go server reading with goburrow in its handler: %.2f×, CPU uncached − cached %s", ratio(1, t), cpu(1, t))
+		if b.base != "" {
+			same += fmt.Sprintf("; %s: %.2f×, CPU %s", filepath.Base(b.base), ratio(2, t), cpu(2, t))
+		}
 		b.add(fmt.Sprintf("uncached Modbus TCP read over %s: (uncached − cached) ÷ goburrow in a process of its own (goburrow %s, uncached %s, cached %s; "+
-			"÷ goburrow in the device's process, %s: %.2f×; CPU per read: physmcpd's uncached − cached %s, goburrow's process %s)", transport,
-			us(medianOf(ns, col(0))), us(medianOf(ns, col(live))), us(medianOf(ns, col(cached))), us(medianOf(ns, col(5))),
-			medianOf(ns, func(t []float64) float64 { return (t[live] - t[cached]) / t[5] }),
-			us(median(cpu[2*i])-median(cpu[2*i+1])), us(median(cpu[4]))),
-			fmt.Sprintf("%.2f×", medianOf(ns, func(t []float64) float64 { return (t[live] - t[cached]) / t[0] })), "≤ 1.1×", b.rounds)
+			"÷ goburrow in the device's process, %s: %.2f×; CPU per read: physmcpd's uncached − cached %s, goburrow's process %s%s)", transport,
+			us(medianOf(ns, col(0))), us(medianOf(ns, col(live))), us(medianOf(ns, col(cached))), us(medianOf(ns, col(1))),
+			medianOf(ns, func(r []float64) float64 { return (r[live] - r[cached]) / r[1] }),
+			cpu(0, t), us(median(apartCPU)), same),
+			fmt.Sprintf("%.2f×", ratio(0, t)), "≤ 1.1×", b.rounds)
 	}
 	return nil
+}
+
+// uncachedArms is one server answering an uncached and a cached read over
+// HTTP and over stdio: its four arms (HTTP uncached, HTTP cached, stdio
+// uncached, stdio cached) and the server's CPU time per read in each.
+type uncachedArms struct {
+	arms  []func() (float64, error)
+	cpu   [4][]float64
+	stdio *client.Client // closing it ends the stdio server
+}
+
+// physmcpdArms starts bin over HTTP and over stdio, each with a state
+// directory named after state.
+func (b *bench) physmcpdArms(bin, state string, n int) (*uncachedArms, error) {
+	tree := b.physmcpd
+	b.physmcpd = bin
+	url, httpCmd, err := b.serveHTTP("read", "--state-dir", filepath.Join(b.dir, "state-"+state))
+	b.physmcpd = tree
+	if err != nil {
+		return nil, err
+	}
+	httpC, err := connectHTTP(url)
+	if err != nil {
+		return nil, err
+	}
+	stdioC, stdioCmd, err := connectStdio(bin, "serve", "--manifest", filepath.Join(b.dir, "read.yml"), "--policy", filepath.Join(b.dir, "policy.yml"),
+		"--stdio", "--state-dir", filepath.Join(b.dir, "state-"+state+"-stdio"), "--log-level", "error")
+	if err != nil {
+		return nil, err
+	}
+	return newUncachedArms(httpC, httpCmd.Process.Pid, stdioC, stdioCmd.Process.Pid, "read_level", n), nil
+}
+
+// bareArms starts baremcp (validation off) over HTTP and over stdio with
+// physmcpd's read_level, and read_level_live reading the device with goburrow.
+func (b *bench) bareArms(device string, n int) (*uncachedArms, error) {
+	url, _, err := b.serveHTTP("read", "--state-dir", filepath.Join(b.dir, "state-read-tool"))
+	if err != nil {
+		return nil, err
+	}
+	c, err := connectHTTP(url)
+	if err != nil {
+		return nil, err
+	}
+	tool, err := toolFile(b, url, c, "read_level")
+	if err != nil {
+		return nil, err
+	}
+	url, httpCmd, err := b.serveBare(tool, false, "-modbus", device)
+	if err != nil {
+		return nil, err
+	}
+	httpC, err := connectHTTP(url)
+	if err != nil {
+		return nil, err
+	}
+	stdioC, stdioCmd, err := connectStdio(b.bare, "-tool", tool, "-modbus", device, "-stdio")
+	if err != nil {
+		return nil, err
+	}
+	return newUncachedArms(httpC, httpCmd.Process.Pid, stdioC, stdioCmd.Process.Pid, "read_level", n), nil
+}
+
+func newUncachedArms(httpC *client.Client, httpPid int, stdioC *client.Client, stdioPid int, tool string, n int) *uncachedArms {
+	u := &uncachedArms{stdio: stdioC}
+	for i, a := range []struct {
+		c    *client.Client
+		pid  int
+		tool string
+	}{{httpC, httpPid, tool + "_live"}, {httpC, httpPid, tool}, {stdioC, stdioPid, tool + "_live"}, {stdioC, stdioPid, tool}} {
+		u.arms = append(u.arms, withCPU(a.pid, n, calls([]*client.Client{a.c}, a.tool, n), &u.cpu[i]))
+	}
+	return u
 }
 
 // withCPU wraps arm, which makes n calls to the process pid, and appends

@@ -3,7 +3,11 @@
 // server would (the body marshalled per call, as structured content and as
 // text), over streamable HTTP at /mcp. With -validate, mcp-go checks input
 // and output against the schemas. It has none of physmcpd's work: no access
-// checks, no engine, no device.
+// checks, no engine, no device. With -modbus it also has the tool NAME_live,
+// which reads holding register 0 of unit 1 there with a bare goburrow client
+// before answering: the uncached read's baseline (bench/compare uncached).
+// With -stdio it serves stdin and stdout (mcp-go's stdio server) instead of
+// HTTP.
 package main
 
 import (
@@ -14,6 +18,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
+	"time"
+
+	gb "github.com/goburrow/modbus"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -32,14 +40,16 @@ func main() {
 	toolFile := flag.String("tool", "", "JSON file with the tool and its answer")
 	validate := flag.Bool("validate", false, "validate input and output against the schemas")
 	addr := flag.String("http", "127.0.0.1:0", "listen address")
+	device := flag.String("modbus", "", "Modbus TCP device host:port the tool NAME_live reads")
+	stdio := flag.Bool("stdio", false, "serve stdin and stdout instead of HTTP")
 	flag.Parse()
-	if err := run(*toolFile, *validate, *addr); err != nil {
+	if err := run(*toolFile, *validate, *addr, *device, *stdio); err != nil {
 		fmt.Fprintln(os.Stderr, "baremcp:", err)
 		os.Exit(1)
 	}
 }
 
-func run(toolFile string, validate bool, addr string) error {
+func run(toolFile string, validate bool, addr, device string, stdio bool) error {
 	data, err := os.ReadFile(toolFile)
 	if err != nil {
 		return err
@@ -59,13 +69,35 @@ func run(toolFile string, validate bool, addr string) error {
 	s := server.NewMCPServer("baremcp", "bench", opts...)
 	tool := mcp.NewToolWithRawSchema(t.Name, t.Description, t.InputSchema)
 	tool.RawOutputSchema = t.OutputSchema
-	s.AddTool(tool, func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	answer := func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		text, err := json.Marshal(body)
 		if err != nil {
 			return nil, err
 		}
 		return mcp.NewToolResultStructured(body, string(text)), nil
-	})
+	}
+	s.AddTool(tool, answer)
+	if device != "" {
+		h := gb.NewTCPClientHandler(device)
+		h.Timeout, h.SlaveId = time.Second, 1
+		defer h.Close()
+		c := gb.NewClient(h)
+		var mu sync.Mutex // one transaction at a time, as on a bus
+		live := mcp.NewToolWithRawSchema(t.Name+"_live", t.Description, t.InputSchema)
+		live.RawOutputSchema = t.OutputSchema
+		s.AddTool(live, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			mu.Lock()
+			_, err := c.ReadHoldingRegisters(0, 1)
+			mu.Unlock()
+			if err != nil {
+				return nil, err
+			}
+			return answer(ctx, req)
+		})
+	}
+	if stdio {
+		return server.ServeStdio(s)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
