@@ -583,7 +583,7 @@ func (b *bench) uncachedReads(dev *modbusfault.TCP) error {
 	// Arms: 0 goburrow's process, 1 goburrow here, then four per server
 	// (HTTP uncached, HTTP cached, stdio uncached, stdio cached): physmcpd
 	// from 2, baremcp from 6, the -base build from 10.
-	var apartCPU []float64
+	var apartCPU []usage
 	servers := []*uncachedArms{tree, bareMCP}
 	if b.base != "" {
 		base, err := b.physmcpdArms(b.base, "read-base", n)
@@ -617,7 +617,12 @@ func (b *bench) uncachedReads(dev *modbusfault.TCP) error {
 		live := 2 + 4*s + 2*t
 		return medianOf(ns, func(r []float64) float64 { return (r[live] - r[live+1]) / r[0] })
 	}
-	cpu := func(s, t int) string { return us(median(servers[s].cpu[2*t]) - median(servers[s].cpu[2*t+1])) }
+	// cpu is what server s's uncached read over transport t adds to a cached one.
+	cpu := func(s, t int) string {
+		u := servers[s].cpu
+		return fmt.Sprintf("%s, %.1f thread runs", us(medianUse(u[2*t], cpuOf)-medianUse(u[2*t+1], cpuOf)),
+			medianUse(u[2*t], runsOf)-medianUse(u[2*t+1], runsOf))
+	}
 	for t, transport := range []string{"HTTP", "stdio"} {
 		live, cached := 2+2*t, 3+2*t
 		same := fmt.Sprintf("; in the same rounds, a bare mcp-go server reading with goburrow in its handler: %.2f×, CPU uncached − cached %s", ratio(1, t), cpu(1, t))
@@ -628,7 +633,7 @@ func (b *bench) uncachedReads(dev *modbusfault.TCP) error {
 			"÷ goburrow in the device's process, %s: %.2f×; CPU per read: physmcpd's uncached − cached %s, goburrow's process %s%s)", transport,
 			us(medianOf(ns, col(0))), us(medianOf(ns, col(live))), us(medianOf(ns, col(cached))), us(medianOf(ns, col(1))),
 			medianOf(ns, func(r []float64) float64 { return (r[live] - r[cached]) / r[1] }),
-			cpu(0, t), us(median(apartCPU)), same),
+			cpu(0, t), fmt.Sprintf("%s, %.1f thread runs", us(medianUse(apartCPU, cpuOf)), medianUse(apartCPU, runsOf)), same),
 			fmt.Sprintf("%.2f×", ratio(0, t)), "≤ 1.1×", b.rounds)
 	}
 	return nil
@@ -639,7 +644,7 @@ func (b *bench) uncachedReads(dev *modbusfault.TCP) error {
 // uncached, stdio cached) and the server's CPU time per read in each.
 type uncachedArms struct {
 	arms  []func() (float64, error)
-	cpu   [4][]float64
+	cpu   [4][]usage
 	stdio *client.Client // closing it ends the stdio server
 }
 
@@ -707,9 +712,14 @@ func newUncachedArms(httpC *client.Client, httpPid int, stdioC *client.Client, s
 	return u
 }
 
+// usage is what a process spent per call in one run of an arm: CPU time
+// (ns) and the times its threads were switched onto a CPU, each of which is a
+// thread waking (or being preempted and resumed).
+type usage struct{ cpu, runs float64 }
+
 // withCPU wraps arm, which makes n calls to the process pid, and appends
-// pid's CPU time per call in each run to out.
-func withCPU(pid, n int, arm func() (float64, error), out *[]float64) func() (float64, error) {
+// pid's usage per call in each run to out.
+func withCPU(pid, n int, arm func() (float64, error), out *[]usage) func() (float64, error) {
 	return func() (float64, error) {
 		before, err := cpuTime(pid)
 		if err != nil {
@@ -720,33 +730,51 @@ func withCPU(pid, n int, arm func() (float64, error), out *[]float64) func() (fl
 			return 0, err
 		}
 		after, err := cpuTime(pid)
-		*out = append(*out, float64(after-before)/float64(n))
+		*out = append(*out, usage{float64(after.cpu-before.cpu) / float64(n), float64(after.runs-before.runs) / float64(n)})
 		return v, err
 	}
 }
 
-// cpuTime is the time pid's threads have run on a CPU, from the first field
-// of each thread's /proc schedstat (nanoseconds).
-func cpuTime(pid int) (int64, error) {
+// medianUse is the median of one field of a run's usage.
+func medianUse(use []usage, f func(usage) float64) float64 {
+	xs := make([]float64, len(use))
+	for i, u := range use {
+		xs[i] = f(u)
+	}
+	return median(xs)
+}
+
+func cpuOf(u usage) float64  { return u.cpu }
+func runsOf(u usage) float64 { return u.runs }
+
+// cpuTime is the time pid's threads have run on a CPU and how many times
+// they were put on one, from the first and third fields of each thread's
+// /proc schedstat (nanoseconds, timeslices).
+func cpuTime(pid int) (struct{ cpu, runs int64 }, error) {
+	var total struct{ cpu, runs int64 }
 	stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
 	if err != nil || len(stats) == 0 {
-		return 0, fmt.Errorf("no schedstat for %d: %v", pid, err)
+		return total, fmt.Errorf("no schedstat for %d: %v", pid, err)
 	}
-	var total int64
 	for _, path := range stats {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			continue // a thread that ended
 		}
 		f := strings.Fields(string(data))
-		if len(f) == 0 {
-			return 0, fmt.Errorf("%s: %q", path, data)
+		if len(f) < 3 {
+			return total, fmt.Errorf("%s: %q", path, data)
 		}
 		ns, err := strconv.ParseInt(f[0], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("%s: %w", path, err)
+			return total, fmt.Errorf("%s: %w", path, err)
 		}
-		total += ns
+		runs, err := strconv.ParseInt(f[2], 10, 64)
+		if err != nil {
+			return total, fmt.Errorf("%s: %w", path, err)
+		}
+		total.cpu += ns
+		total.runs += runs
 	}
 	return total, nil
 }
