@@ -67,6 +67,9 @@ type Config struct {
 // suspicion is declared dead (SuspicionMult 2, and SuspicionMaxTimeoutMult 1
 // so that the timeout does not wait for confirmations a small mesh cannot
 // give), so dead within 5 heartbeats of the death in meshes under 10 nodes.
+//
+// These bounds hold for healthy probers, whose memberlist health score
+// (Lifeguard's self-awareness) is 0; Slowed gives them at another score.
 type Timing struct {
 	Interval      time.Duration
 	ProbeTimeout  time.Duration
@@ -76,6 +79,31 @@ type Timing struct {
 
 // suspicionMult sets DeadAfter to 2 heartbeats (times log10 n from 10 nodes on).
 const suspicionMult = 2
+
+// awarenessMax is memberlist's AwarenessMaxMultiplier: health scores run from
+// 0 to awarenessMax-1.
+const awarenessMax = 8
+
+// Slowed is t as a node with memberlist health score score applies it. A
+// probe that gets no ack waits until (score+1)·Interval after it was sent,
+// not Interval, before the node suspects the peer, so SuspectWithin grows by
+// score·Interval. memberlist v0.7.0 scales neither ProbeTimeout (the direct
+// ping's wait) nor the suspicion timeout (DeadAfter).
+//
+// The score rises by one when the node refutes a suspicion of itself and, on
+// a failed probe, by one per relay whose nack did not arrive in time (one
+// when there is no relay); it falls by one per successful probe, about once
+// per Interval. A relay sends its nack ProbeTimeout after the indirect ping
+// request, which left ProbeTimeout after the ping: with ProbeTimeout =
+// Interval/2 the nacks arrive just after a score-0 prober's deadline, so
+// probing a dead or hung peer raises even a healthy node's score by up to 3
+// (the relays), and the next failure it probes within about 3 heartbeats is
+// suspected up to 3 heartbeats later. From score 1 on the deadline is
+// 2·Interval and nacks count.
+func (t Timing) Slowed(score int) Timing {
+	t.SuspectWithin += time.Duration(min(max(score, 0), awarenessMax-1)) * t.Interval
+	return t
+}
 
 // TimingFor returns the timing of a mesh of n nodes with heartbeat interval hb.
 func TimingFor(hb time.Duration, n int) Timing {
@@ -126,6 +154,7 @@ func (c *Config) memberlistConfig() (*memberlist.Config, error) {
 	mc.ProbeTimeout = t.ProbeTimeout
 	mc.SuspicionMult = suspicionMult
 	mc.SuspicionMaxTimeoutMult = 1
+	mc.AwarenessMaxMultiplier = awarenessMax
 	// Gossip five times per heartbeat, so news outruns the next probe.
 	mc.GossipInterval = max(c.HeartbeatInterval/5, 20*time.Millisecond)
 	// A join or a TCP ping that takes two heartbeats has failed.

@@ -305,15 +305,20 @@ type Status struct {
 	} `json:"timing"`
 	MDNS      string `json:"mdns"`
 	Encrypted bool   `json:"encrypted"`
-	// Health is memberlist's awareness score: 0 is healthy; higher means
-	// this node itself is missing probes (slow or overloaded).
+	// Health is memberlist's health score (Lifeguard's self-awareness), 0
+	// to 7: 0 is healthy. This node suspects a silent peer Health
+	// heartbeats later than Timing says (Timing.Slowed).
 	Health int `json:"health_score"`
+	// Slowdown is Health+1: how many times the heartbeat this node's probe
+	// of a silent peer waits before it suspects it.
+	Slowdown int `json:"detection_slowdown"`
 }
 
 // Status summarises this node's membership.
 func (m *Mesh) Status() Status {
 	s := Status{Enabled: true, Self: m.Self(), SizeEstimate: m.SizeEstimate(), MaxPeers: m.cfg.MaxPeers,
 		MDNS: m.mdnsS, Encrypted: len(m.cfg.Keys) > 0, Health: m.ml.GetHealthScore()}
+	s.Slowdown = s.Health + 1
 	for _, p := range m.Peers() {
 		switch p.State {
 		case Alive:
