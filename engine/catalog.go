@@ -51,6 +51,14 @@ func (cat *catalog) setTools() {
 	}
 }
 
+// tool is the tool of that name; nil when there is none.
+func (cat *catalog) tool(name string) *Tool {
+	if i := slices.IndexFunc(cat.tools, func(t Tool) bool { return t.Name == name }); i >= 0 {
+		return &cat.tools[i]
+	}
+	return nil
+}
+
 // Serves reports whether tool is one of the engine's tools now.
 func (e *Engine) Serves(tool string) bool { return e.catalog().served[tool] }
 

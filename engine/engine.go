@@ -29,7 +29,8 @@ type Options struct {
 	// Limits persists the write history behind cooldowns and rate limits;
 	// nil keeps it in memory (a restart resets it).
 	Limits LimitStore
-	// Audit receives an entry for every do_* attempt and safe-state write;
+	// Audit receives an entry for every attempt to act (do_*, and start_*,
+	// do_cancel_* and sequence refusals) and safe-state write;
 	// nil records nothing. It is called synchronously.
 	Audit func(AuditEntry)
 	// ClockSynced reports whether the system clock is synchronised to a time

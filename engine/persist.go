@@ -215,10 +215,7 @@ func (e *Engine) auditDo(caller Caller, pt *point, req promcp.DoRequest, resp pr
 	if outcome == "" {
 		outcome = OutcomeApplied
 		if resp.Status == promcp.StatusFailed {
-			outcome = OutcomeRefused
-			if resp.Permission == "" || resp.Permission == promcp.SourceUnreachable {
-				outcome = OutcomeFailed
-			}
+			outcome = failedOutcome(resp.Permission)
 		}
 	}
 	e.audit(AuditEntry{
@@ -236,6 +233,30 @@ func (e *Engine) auditDo(caller Caller, pt *point, req promcp.DoRequest, resp pr
 		Applied:    resp.AppliedValue,
 		Warnings:   resp.Warnings,
 		DurationMs: float64(took.Microseconds()) / 1000,
+	})
+}
+
+// failedOutcome is the outcome of a call answered failed with permission p:
+// refused by a check, or failed (nothing applied) without a permission or
+// with the source unreachable.
+func failedOutcome(p promcp.Permission) string {
+	if p == "" || p == promcp.SourceUnreachable {
+		return OutcomeFailed
+	}
+	return OutcomeRefused
+}
+
+// auditRefusedOp records a call of an operation's acting tool (start_*,
+// do_cancel_*, a sequence's do_*) refused before it acted, with the
+// arguments it was given and the key it was answered under, as a refused
+// do_* is recorded.
+func (e *Engine) auditRefusedOp(caller Caller, tool string, args map[string]any, key string, p promcp.Permission, reason string) {
+	if e.auditFn == nil {
+		return
+	}
+	e.audit(AuditEntry{
+		Time: e.now(), Caller: caller.Identity, Role: caller.Role, Tool: tool, Arguments: args, Key: key,
+		Status: promcp.StatusFailed, Permission: p, Reason: reason, Outcome: failedOutcome(p),
 	})
 }
 

@@ -45,6 +45,7 @@ func (e *Engine) Sequence(ctx context.Context, caller Caller, tool string, req p
 		resp := e.sequenceAnswer(o, key)
 		resp.Permission, resp.Reason = perm, fmt.Sprintf(format, args...)
 		e.log.Info("sequence refused", "tool", tool, "key", key, "permission", perm, "reason", resp.Reason, "caller", caller.Identity)
+		e.auditRefusedOp(caller, tool, map[string]any{"idempotency_key": req.IdempotencyKey}, key, perm, resp.Reason)
 		return resp, nil
 	}
 	if d := e.opAccess(o, caller.Role); d.permission != promcp.Allowed {

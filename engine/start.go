@@ -69,6 +69,7 @@ func (e *Engine) Start(ctx context.Context, caller Caller, tool string, req prom
 		resp.Status, resp.Permission, resp.Reason = promcp.OpFailed, perm, fmt.Sprintf(format, args...)
 		resp.SideEffects = []string{}
 		e.log.Info("start refused", "tool", tool, "key", key, "permission", perm, "reason", resp.Reason, "caller", caller.Identity)
+		e.auditRefusedOp(caller, tool, map[string]any{"value": req.Value, "duration_ms": req.DurationMs, "idempotency_key": req.IdempotencyKey}, key, perm, resp.Reason)
 		return resp, nil
 	}
 	value, perm, verr := validate(pt.c, req.Value)
@@ -444,7 +445,9 @@ func (e *Engine) Cancel(ctx context.Context, caller Caller, tool string, req pro
 		return out
 	}
 	refuse := func(perm promcp.Permission, format string, args ...any) (promcp.CancelResponse, error) {
-		return answer(e.refuse(pt, key, perm, fmt.Sprintf(format, args...))), nil
+		resp := e.refuse(pt, key, perm, fmt.Sprintf(format, args...))
+		e.auditRefusedOp(caller, tool, map[string]any{"operation_id": req.OperationID, "idempotency_key": req.IdempotencyKey}, key, perm, resp.Reason)
+		return answer(resp), nil
 	}
 	if d := e.opAccess(o, caller.Role); d.permission != promcp.Allowed {
 		return refuse(d.permission, "%s", d.reason)

@@ -134,17 +134,26 @@ func (t *toolCounters) doAnswered(resp promcp.DoResponse, outcome string) {
 }
 
 // NoteRefused records a call of tool by caller that a transport refused
-// before it reached the engine, because Permits said no (the HTTP edge
-// answers 403): it is counted, a do_* is audited as refused as every do_*
-// attempt is, and a read_* is audited under defaults.audit_all as the reads
-// the engine refuses are. args are the call's arguments as the transport
-// decoded them (nil: none, or not an object); a do_*'s line keeps its value
-// and idempotency_key. A tool the engine does not serve is not counted.
+// before it reached the engine: Permits said no (the HTTP edge answers 403,
+// stdio and a serial line answer that no such tool is listed; p is
+// permission_insufficient), or its arguments did not parse (p is "") or a
+// person's approval did not hold (requires_human_approval). It is counted,
+// an acting call (do_*, start_*, do_cancel_*, a sequence's do_*) is audited
+// as every attempt to act is, and a read_* under defaults.audit_all as the
+// reads the engine refuses are. args are the call's arguments as the
+// transport decoded them (nil: none, or not an object); a do_*'s line keeps
+// its value and idempotency_key. A tool the engine does not serve is not
+// counted.
 func (e *Engine) NoteRefused(caller Caller, tool string, p promcp.Permission, reason string, args map[string]any) {
-	pt, ok := e.catalog().points[tool]
+	cat := e.catalog()
+	pt, ok := cat.points[tool]
 	if !ok {
 		if tool == "can_do" {
 			e.canDoCounts.refused(p)
+		}
+		if t := cat.tool(tool); t != nil && (t.Kind == ToolStart || t.Kind == ToolCancel || t.Kind == ToolSequence) {
+			key, _ := args["idempotency_key"].(string)
+			e.auditRefusedOp(caller, tool, args, key, p, reason)
 		}
 		return
 	}
@@ -153,7 +162,7 @@ func (e *Engine) NoteRefused(caller Caller, tool string, p promcp.Permission, re
 	case pt.c.Kind == manifest.KindDo:
 		key, _ := args["idempotency_key"].(string)
 		e.auditDo(caller, pt, promcp.DoRequest{Value: args["value"], IdempotencyKey: key},
-			promcp.DoResponse{Status: promcp.StatusFailed, IdempotencyKey: key, Permission: p, Reason: reason}, OutcomeRefused, e.now(), 0)
+			promcp.DoResponse{Status: promcp.StatusFailed, IdempotencyKey: key, Permission: p, Reason: reason}, "", e.now(), 0)
 	case pt.c.Kind == manifest.KindRead && e.auditReads():
 		e.auditRead(caller, pt, e.refusedRead(pt, deny(p, "%s", reason)), true, 0)
 	}

@@ -106,9 +106,7 @@ func (a *adapter) doApproved(ctx context.Context, req mcp.CallToolRequest, args 
 	claim, err := a.approvals.Redeem(req.Params.RequestState, auth.ApprovalClaim{Tool: name, Args: digest, Caller: caller.Identity})
 	if err != nil {
 		a.opts.Logger.Warn("approval refused", "tool", name, "caller", caller.Identity, "err", err)
-		resp := a.refusal(name, dr.IdempotencyKey, fmt.Sprintf("%v: ask again without requestState", err))
-		resp.Permission = promcp.RequiresHumanApproval
-		return result(resp, true)
+		return a.refused(ctx, name, args, dr.IdempotencyKey, promcp.RequiresHumanApproval, fmt.Sprintf("%v: ask again without requestState", err))
 	}
 	var shown any
 	if err := json.Unmarshal(claim.Previous, &shown); err != nil {

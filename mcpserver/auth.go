@@ -2,6 +2,8 @@ package mcpserver
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -9,6 +11,8 @@ import (
 	"github.com/physmcp/physmcpd/auth"
 	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/manifest"
+	"github.com/physmcp/physmcpd/mcpserver/mcpcore"
+	"github.com/physmcp/physmcpd/promcp"
 )
 
 // CallerFrom resolves who is calling: the principal the HTTP middleware
@@ -38,6 +42,28 @@ func roleFilter(e *engine.Engine, caller func(context.Context) engine.Caller) se
 		}
 		return out
 	}
+}
+
+// noteHidden tells the engine of a call of a tool this endpoint serves but
+// the caller's role does not see, which mcp-go answers as not found (stdio,
+// a serial line): the engine counts and audits it as the HTTP edge's 403 for
+// the same call (which mcp-go never sees).
+func (a *adapter) noteHidden(ctx context.Context, _ any, method mcp.MCPMethod, message any, err error) {
+	req, ok := message.(*mcp.CallToolRequest)
+	if !ok || method != mcp.MethodToolsCall || !errors.Is(err, server.ErrToolNotFound) {
+		return
+	}
+	name, caller := req.Params.Name, a.opts.Caller(ctx)
+	if a.server.GetTool(name) == nil || RolePermits(a.e)(name, caller.Role) {
+		return // not this endpoint's, or not the role: no such tool here
+	}
+	args, _ := mcpcore.Arguments(req.Params.Arguments)
+	a.e.NoteRefused(caller, name, promcp.PermissionInsufficient, roleRefusal(caller.Role, name), args)
+}
+
+// roleRefusal is the reason given for a call the caller's role may not make.
+func roleRefusal(role manifest.Role, tool string) string {
+	return fmt.Sprintf("role %s may not call %s", role, tool)
 }
 
 // RolePermits is engine.Permits for the HTTP edge, which refuses a call

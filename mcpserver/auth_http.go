@@ -368,7 +368,7 @@ func callArguments(body []byte, i int) map[string]any {
 // HTTP status a client cannot mistake for success, with the proMCP
 // permission in the body.
 func (p *protector) forbidden(w http.ResponseWriter, body []byte, i int, id json.RawMessage, tool string, principal auth.Principal) {
-	reason := fmt.Sprintf("role %s may not call %s", principal.Role, tool)
+	reason := roleRefusal(principal.Role, tool)
 	p.acc.Logger.Info("tool call refused: role", "tool", tool, "caller", principal.Name, "role", principal.Role)
 	if p.acc.Refused != nil {
 		p.acc.Refused(engine.Caller{Identity: principal.Name, Role: principal.Role}, tool, promcp.PermissionInsufficient, reason, callArguments(body, i))

@@ -74,6 +74,9 @@ type fastReads struct {
 	sessions map[string]*fastSession // registered with mcp-go, by id
 
 	served atomic.Int64 // calls answered here, which tests check
+	// ownErrorHooks counts the OnError hooks that are the adapter's
+	// noteHidden (plainHooks).
+	ownErrorHooks int
 }
 
 type fastSession struct {
@@ -309,10 +312,12 @@ func mcpGoRecovery(h server.ToolHandlerFunc) server.ToolHandlerFunc {
 }
 
 // plainHooks says that mcp-go runs no hooks around a tool call other than
-// the request initialization ones, which call runs.
+// the request initialization ones, which call runs, and the adapter's
+// noteHidden, which acts only on calls of tools the caller does not see
+// (this path leaves them to mcp-go).
 func (f *fastReads) plainHooks() bool {
 	h := f.hooks
-	return len(h.OnBeforeAny)+len(h.OnSuccess)+len(h.OnError)+len(h.OnBeforeCallTool)+len(h.OnAfterCallTool) == 0
+	return len(h.OnBeforeAny)+len(h.OnSuccess)+len(h.OnError)-f.ownErrorHooks+len(h.OnBeforeCallTool)+len(h.OnAfterCallTool) == 0
 }
 
 func rpcErrorMessage(id any, code int, message string) mcp.JSONRPCError {

@@ -122,6 +122,8 @@ func New(e *engine.Engine, opts Options) (*server.MCPServer, error) {
 		server.WithToolFilter(filter),
 	)
 	a := &adapter{e: e, opts: opts, m: m, surface: surface, approvals: opts.Approvals, server: s, fast: newFastReads(s, filter, hooks)}
+	hooks.AddOnError(a.noteHidden)
+	a.fast.ownErrorHooks = 1
 	a.resources = newResources(a, s, hooks)
 	e.OnDeviceEvent(a.logDeviceEvent)
 	tools, reads, err := a.serverTools()
@@ -223,9 +225,19 @@ func (a *adapter) do(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 		}
 	}
 	if problem != "" {
-		return result(a.refusal(name, dr.IdempotencyKey, problem), true)
+		return a.refused(ctx, name, args, dr.IdempotencyKey, "", problem)
 	}
 	return a.doCall(ctx, req, args, dr)
+}
+
+// refused answers an acting call refused before the engine saw it (its
+// arguments, or a person's approval that does not hold), and tells the
+// engine, which counts and audits it as any refused attempt to act.
+func (a *adapter) refused(ctx context.Context, tool string, args map[string]any, key string, p promcp.Permission, reason string) (*mcp.CallToolResult, error) {
+	a.e.NoteRefused(a.opts.Caller(ctx), tool, p, reason, args)
+	resp := a.refusal(tool, key, reason)
+	resp.Permission = p
+	return result(resp, true)
 }
 
 // refusal is the failed do_* body for arguments the engine never sees:

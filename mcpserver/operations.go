@@ -32,7 +32,7 @@ func act[Req, Resp any](a *adapter, ctx context.Context, req mcp.CallToolRequest
 		r, problem = parse(args)
 	}
 	if problem != "" {
-		return result(a.refusal(req.Params.Name, key(r), problem), true)
+		return a.refused(ctx, req.Params.Name, args, key(r), "", problem)
 	}
 	resp, err := run(context.WithoutCancel(ctx), a.opts.Caller(ctx), req.Params.Name, r)
 	if err != nil {
