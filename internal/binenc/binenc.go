@@ -134,24 +134,16 @@ func (d *Decoder) Byte() byte {
 	return 0
 }
 
-func (d *Decoder) Uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.B[d.Off:])
-	if n <= 0 {
-		d.Fail(ErrTruncated)
-		return 0
-	}
-	d.Off += n
-	return v
-}
+func (d *Decoder) Uvarint() uint64 { return readVarint(d, binary.Uvarint) }
 
-func (d *Decoder) Varint() int64 {
+func (d *Decoder) Varint() int64 { return readVarint(d, binary.Varint) }
+
+// readVarint reads one varint with read (binary.Uvarint or binary.Varint).
+func readVarint[T uint64 | int64](d *Decoder, read func([]byte) (T, int)) T {
 	if d.err != nil {
 		return 0
 	}
-	v, n := binary.Varint(d.B[d.Off:])
+	v, n := read(d.B[d.Off:])
 	if n <= 0 {
 		d.Fail(ErrTruncated)
 		return 0
