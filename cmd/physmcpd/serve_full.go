@@ -179,6 +179,7 @@ func serveHTTP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *e
 		"max_sessions", cfg.access.maxSessions, "session_idle_timeout", cfg.access.sessionIdle, "body_timeout", cfg.access.bodyTimeout)
 	stopping := notifyReady(ctx, e.Health, logger)
 	defer stopping()
+	releaseStartPages(logger)
 
 	select {
 	case err := <-done:

@@ -15,6 +15,7 @@ import (
 // device is ready once the transport is open. Both builds serve streams
 // through it, each with its own MCP server.
 func serveStream(ctx context.Context, cfg serveConfig, e *engine.Engine, session func(context.Context, io.Reader, io.Writer) error, stdin io.Reader, stdout io.Writer, logger *slog.Logger) int {
+	releaseStartPages(logger)
 	if cfg.transport() == profiles.Serial {
 		stopping := func() {}
 		defer func() { stopping() }()
