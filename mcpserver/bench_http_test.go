@@ -79,43 +79,97 @@ func BenchmarkHTTPToolsList(b *testing.B) {
 func BenchmarkHTTPReadCachedServer(b *testing.B) {
 	for _, path := range []string{"fast", "mcp-go"} {
 		b.Run(path, func(b *testing.B) {
-			m, diags := manifest.Parse("bench.manifest.yml", []byte(benchManifest()))
-			if diags.HasErrors() {
-				b.Fatal(diags)
-			}
-			e, s := startDevice(b, m, nil)
-			h := mcpserver.NewHTTPHandler(s, quietLogger())
-			if path == "mcp-go" {
-				mcpserver.DisableFastReads(h)
-			}
-			ph := mcpserver.Protect(h, mcpserver.Access{
-				Local:   auth.Principal{Name: "local", Role: manifest.RoleOperator, Method: auth.MethodLocal},
-				Permits: mcpserver.RolePermits(e), Logger: quietLogger(),
-			})
-			post := func(session, body string) *httptest.ResponseRecorder {
-				req := httptest.NewRequest(http.MethodPost, mcpserver.EndpointPath, strings.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Accept", "application/json, text/event-stream")
-				if session != "" {
-					req.Header.Set("Mcp-Session-Id", session)
-					req.Header.Set("Mcp-Protocol-Version", mcp.LATEST_LEGACY_PROTOCOL_VERSION)
-				}
-				rec := httptest.NewRecorder()
-				ph.ServeHTTP(rec, req)
-				if rec.Code/100 != 2 {
-					b.Fatalf("%s: %d %s", body, rec.Code, rec.Body)
-				}
-				return rec
-			}
-			session := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"`+mcp.LATEST_LEGACY_PROTOCOL_VERSION+
-				`","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}`).Header().Get("Mcp-Session-Id")
-			post(session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+			h, request := benchServerSession(b, path == "mcp-go")
 			call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"read_temperature_01"}}`
-			post(session, call)
 			b.ReportAllocs()
 			for b.Loop() {
-				post(session, call)
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, request(call))
+				if rec.Code != http.StatusOK {
+					b.Fatalf("%d %s", rec.Code, rec.Body)
+				}
 			}
 		})
 	}
+}
+
+// BenchmarkHTTPToolsListServer is the server's side of tools/list over
+// HTTP, answered from bytes (toolslist.go), without a client or a
+// connection, the answer counted and dropped: what the server allocates per
+// answer shows.
+func BenchmarkHTTPToolsListServer(b *testing.B) {
+	h, request := benchServerSession(b, false)
+	list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
+	w := &countingWriter{header: http.Header{}}
+	h.ServeHTTP(w, request(list))
+	size := w.n
+	if w.status != http.StatusOK || size < 1000 {
+		b.Fatalf("tools/list answered %d, %d bytes", w.status, size)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		w.n = 0
+		h.ServeHTTP(w, request(list))
+	}
+	if w.n != size {
+		b.Fatalf("answered %d bytes, then %d", size, w.n)
+	}
+	b.ReportMetric(float64(size), "answer-B")
+}
+
+// countingWriter is a ResponseWriter that keeps the status, counts the
+// body and keeps nothing of it.
+type countingWriter struct {
+	header http.Header
+	status int
+	n      int
+}
+
+func (w *countingWriter) Header() http.Header    { return w.header }
+func (w *countingWriter) WriteHeader(status int) { w.status = status }
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.n += len(p)
+	return len(p), nil
+}
+
+// benchServerSession serves the benchmark device behind Protect (with the
+// read_* fast path unless mcpGo), opens a session of the protocol in use
+// today, and returns the handler and a function making a request in it.
+func benchServerSession(b *testing.B, mcpGo bool) (http.Handler, func(body string) *http.Request) {
+	m, diags := manifest.Parse("bench.manifest.yml", []byte(benchManifest()))
+	if diags.HasErrors() {
+		b.Fatal(diags)
+	}
+	e, s := startDevice(b, m, nil)
+	h := mcpserver.NewHTTPHandler(s, quietLogger())
+	if mcpGo {
+		mcpserver.DisableFastReads(h)
+	}
+	ph := mcpserver.Protect(h, mcpserver.Access{
+		Local:   auth.Principal{Name: "local", Role: manifest.RoleOperator, Method: auth.MethodLocal},
+		Permits: mcpserver.RolePermits(e), Logger: quietLogger(),
+	})
+	session := ""
+	request := func(body string) *http.Request {
+		req := httptest.NewRequest(http.MethodPost, mcpserver.EndpointPath, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+			req.Header.Set("Mcp-Protocol-Version", mcp.LATEST_LEGACY_PROTOCOL_VERSION)
+		}
+		return req
+	}
+	for _, body := range []string{`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"` + mcp.LATEST_LEGACY_PROTOCOL_VERSION +
+		`","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}`, `{"jsonrpc":"2.0","method":"notifications/initialized"}`} {
+		rec := httptest.NewRecorder()
+		ph.ServeHTTP(rec, request(body))
+		if rec.Code/100 != 2 {
+			b.Fatalf("%s: %d %s", body, rec.Code, rec.Body)
+		}
+		if session == "" {
+			session = rec.Header().Get("Mcp-Session-Id")
+		}
+	}
+	return ph, request
 }
