@@ -3,6 +3,7 @@
 package mcpserver_test
 
 import (
+	"net/http"
 	"testing"
 )
 
@@ -28,4 +29,23 @@ func BenchmarkHTTPCanDo(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkHTTPCanDoServer is the server's side of can_do over HTTP (the
+// intent of BenchmarkHTTPCanDo, default cap), without a client or a
+// connection, for -cpuprofile.
+func BenchmarkHTTPCanDoServer(b *testing.B) {
+	h, request := benchServerSession(b, false)
+	call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"can_do","arguments":{"intent":` +
+		`{"semantic_tags":["zone_04","setpoint"],"action":"set","target":"setpoint_04","value":21.5,"location":"lab"}}}}`
+	w := &countingWriter{header: http.Header{}}
+	b.ReportAllocs()
+	for b.Loop() {
+		w.n = 0
+		h.ServeHTTP(w, request(call))
+		if w.status != http.StatusOK {
+			b.Fatalf("can_do answered %d", w.status)
+		}
+	}
+	b.ReportMetric(float64(w.n), "answer-B")
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 	"weak"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -246,34 +247,108 @@ func appendResponse(b []byte, msg mcp.JSONRPCMessage) ([]byte, bool) {
 	if err != nil {
 		return b, false
 	}
-	str, err := json.Marshal(text.Text) // escaped as the encoder escapes it
-	if err != nil {
-		return b, false
+	raw := res.RawStructuredContent
+	out := slices.Grow(b, len(id)+len(text.Text)*5/4+len(raw)+128)
+	out = append(out, `{"jsonrpc":"2.0","id":`...)
+	out = append(out, id...)
+	out = append(out, `,"result":{"content":[{"type":"text","text":`...)
+	// The same JSON as text block and structured content is what the
+	// adapter's result makes: json.Marshal's output, valid. When it is
+	// plain, the encoder escapes nothing in it but the text's quotes and
+	// backslashes, and copies the structured content unchanged; escaping the
+	// text and compacting the content again (the encoder's way of checking
+	// it) was a sixth of a can_do's time on this path (4.5 KB each).
+	mark, plain := len(out), false
+	if string(raw) == text.Text {
+		out, plain = appendPlainQuoted(out, raw)
 	}
-	out := bytes.NewBuffer(slices.Grow(b, len(id)+len(str)+len(res.RawStructuredContent)+128))
-	out.WriteString(`{"jsonrpc":"2.0","id":`)
-	out.Write(id)
-	out.WriteString(`,"result":{"content":[{"type":"text","text":`)
-	out.Write(str)
-	out.WriteString("}]")
+	if !plain {
+		str, err := json.Marshal(text.Text) // escaped as the encoder escapes it
+		if err != nil {
+			return b, false
+		}
+		out = append(out[:mark], str...)
+	}
+	out = append(out, "}]"...)
 	if res.IsError {
-		out.WriteString(`,"isError":true`)
+		out = append(out, `,"isError":true`...)
 	}
-	out.WriteString(`,"structuredContent":`)
-	start := out.Len()
-	if json.Compact(out, res.RawStructuredContent) != nil {
-		return b, false
+	out = append(out, `,"structuredContent":`...)
+	if plain {
+		out = append(out, raw...)
+	} else {
+		buf := bytes.NewBuffer(out)
+		start := buf.Len()
+		if json.Compact(buf, raw) != nil {
+			return b, false
+		}
+		out = buf.Bytes()
+		// The encoder also escapes <, >, & and U+2028/9.
+		if structured := out[start:]; bytes.ContainsAny(structured, "<>&\u2028\u2029") {
+			escaped := bytes.NewBuffer(nil)
+			json.HTMLEscape(escaped, structured)
+			out = append(out[:start], escaped.Bytes()...)
+		}
 	}
-	// The encoder also escapes <, >, & and U+2028/9, which the adapter's
-	// json.Marshal has done already unless the content came from elsewhere.
-	if structured := out.Bytes()[start:]; bytes.ContainsAny(structured, "<>&\u2028\u2029") {
-		escaped := bytes.NewBuffer(nil)
-		json.HTMLEscape(escaped, structured)
-		out.Truncate(start)
-		out.Write(escaped.Bytes())
+	return append(out, "}}\n"...), true
+}
+
+// jsonNotPlain marks the bytes appendPlainQuoted looks at: quotes,
+// backslashes, whitespace and other control characters, the characters the
+// encoder escapes for HTML, and the first byte of U+2028/9.
+var jsonNotPlain = func() (t [256]bool) {
+	for c := range 0x20 {
+		t[c] = true
 	}
-	out.WriteString("}}\n")
-	return out.Bytes(), true
+	for _, c := range []byte{'"', '\\', ' ', '<', '>', '&', 0xE2} {
+		t[c] = true
+	}
+	return t
+}()
+
+// appendPlainQuoted appends the JSON text raw as the encoder writes it as a
+// string, when raw is plain: valid UTF-8 without control characters,
+// whitespace outside strings or the characters the encoder escapes for HTML
+// (<, >, &, U+2028, U+2029), so that it escapes only quotes and backslashes,
+// and writes raw itself as a json.RawMessage unchanged. It does not validate
+// raw as JSON. When raw is not plain it says false, dst holding a partial
+// string.
+func appendPlainQuoted(dst, raw []byte) ([]byte, bool) {
+	if !utf8.Valid(raw) {
+		return dst, false
+	}
+	dst = append(dst, '"')
+	inString, start := false, 0
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if !jsonNotPlain[c] {
+			continue
+		}
+		switch {
+		case c == '"' || c == '\\':
+			dst = append(append(dst, raw[start:i]...), '\\', c)
+			start = i + 1
+			if c == '"' {
+				inString = !inString
+			} else if i+1 < len(raw) && (raw[i+1] == '"' || raw[i+1] == '\\') {
+				// an escaped quote or backslash: it does not end the string
+				i++
+				dst = append(dst, '\\', raw[i])
+				start = i + 1
+			}
+		case c == ' ':
+			if !inString {
+				return dst, false
+			}
+		case c == 0xE2:
+			if i+2 < len(raw) && raw[i+1] == 0x80 && raw[i+2]&^1 == 0xA8 {
+				return dst, false
+			}
+		default: // control characters and <, >, &
+			return dst, false
+		}
+	}
+	return append(append(dst, raw[start:]...), '"'), true
 }
 
 // call runs the handler as mcp-go's HandleMessage and handleToolCall do for

@@ -38,13 +38,32 @@ func TestFastReadsEncodeAsMCPGo(t *testing.T) {
 			}
 		}
 	}
-	// Structured content as a client could not tell from compact JSON.
-	res := &mcp.CallToolResult{Content: []mcp.Content{mcp.NewTextContent("{}")}, RawStructuredContent: json.RawMessage(" { \"a\" : [1, \"<\"] } ")}
-	msg := mcp.NewJSONRPCResultResponse(mcp.NewRequestId("x"), res)
-	var want bytes.Buffer
-	_ = json.NewEncoder(&want).Encode(msg)
-	if got, ok := appendResponse(nil, msg); !ok || !bytes.Equal(got, want.Bytes()) {
-		t.Errorf("spaced structured content:\n got %s\nwant %s", got, want.Bytes())
+	// Structured content as a client could not tell from compact JSON, as
+	// the text block too or not, JSON that is not plain (the encoder changes
+	// it) and, in another text block, JSON that is not valid (the encoder
+	// fails). The same invalid JSON as text block is left out: the same JSON
+	// in both is result's, json.Marshal's output (see appendResponse).
+	for _, c := range []struct {
+		raw   string
+		texts []string
+	}{
+		{` { "a" : [1, "<"] } `, nil}, {`{"a":"<"}`, nil}, {`{"a":"&\u0026"}`, nil}, {"{\"a\":\"\u2028\"}", nil},
+		{`{"a": "b c"}`, nil}, {`{"a":"\"\\"}`, nil}, {`{"a":"\"", "b":"\\", "c":1}`, nil}, {"{\"a\":\"\xff\"}", nil}, {"{\"a\":\"\x01\"}", nil},
+		{"{\"a\":\"x\ty\"}", []string{"{}"}}, {`{"a":"\`, []string{"{}"}}, {`{"a":1,}`, []string{"{}"}},
+	} {
+		if c.texts == nil {
+			c.texts = []string{c.raw, "{}"}
+		}
+		raw := c.raw
+		for _, text := range c.texts {
+			res := &mcp.CallToolResult{Content: []mcp.Content{mcp.NewTextContent(text)}, RawStructuredContent: json.RawMessage(raw)}
+			msg := mcp.NewJSONRPCResultResponse(mcp.NewRequestId("x"), res)
+			var want bytes.Buffer
+			encodes := json.NewEncoder(&want).Encode(msg) == nil
+			if got, ok := appendResponse(nil, msg); ok != encodes || ok && !bytes.Equal(got, want.Bytes()) {
+				t.Errorf("structured content %q, text %q: encoded %v\n got %s\nwant %s", raw, text, ok, got, want.Bytes())
+			}
+		}
 	}
 
 	// Anything else is left to the encoder.
