@@ -45,7 +45,7 @@ func main() {
 	rounds := flag.Int("rounds", 21, "interleaved rounds per ratio")
 	calls := flag.Int("do-calls", 30000, "do_* calls before the resident memory is read")
 	only := flag.String("only", "", "run only these measures (comma-separated: cached,uncached,bus,list,cando,durable,memory)")
-	base := flag.String("base", "", "another physmcpd binary (another revision's build) to run in the list, cando and durable rounds too")
+	base := flag.String("base", "", "another physmcpd binary (another revision's build) to run in the uncached, list, cando and durable rounds too")
 	flag.Parse()
 	b := &bench{rounds: *rounds, doCalls: *calls, only: *only, base: *base}
 	err := b.run()
@@ -59,7 +59,7 @@ func main() {
 type bench struct {
 	rounds, doCalls int
 	only            string
-	base            string // a physmcpd to compare tools/list, can_do and durable do_* with
+	base            string // a physmcpd to compare uncached reads, tools/list, can_do and durable do_* with
 	dir             string
 	physmcpd, bare  string // binaries
 	bareModbus      string
