@@ -409,7 +409,8 @@ func (e *Engine) probe(ctx context.Context, pt *point) error {
 		_, err := e.sample(ctx, pt)
 		return err
 	}
-	wait := time.Until(assessDeadline(ctx))
+	deadline := assessDeadline(ctx)
+	wait := time.Until(deadline)
 	done := make(chan error, 1)
 	go func() {
 		_, err := e.sample(context.WithoutCancel(ctx), pt)
@@ -435,35 +436,67 @@ func (e *Engine) probe(ctx context.Context, pt *point) error {
 
 // assess asks a device that judges actions itself (an adopted source):
 // after this device's own checks, the source's checks apply too, so a
-// candidate is allowed only when both would let the call through.
+// candidate is allowed only when both would let the call through. The
+// question goes on detached past can_do's deadline, as probe's read does:
+// an answer that comes late is kept and stands for the next can_do that
+// gets none in time (LateAnswerTTL).
 func (e *Engine) assess(ctx context.Context, pt *point, a drivers.Assessor, value any) decision {
 	deadline := assessDeadline(ctx)
-	actx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	defer cancel()
-	var perm, reason string
-	var reached bool // the question left for the source
-	err := e.transact(actx, pt, opRead, func(ctx context.Context) (err error) {
-		reached = true
-		perm, reason, err = a.Assess(ctx, value)
-		return err
-	})
-	if reached && pt.adopted != nil {
-		switch {
-		case err == nil:
-			noteAsked(ctx, pt.adopted.SourceAddress, askAnswered)
-		case !time.Now().Before(deadline): // not actx.Err(): its timer may fire after the call's own
-			noteAsked(ctx, pt.adopted.SourceAddress, askLate)
-		default:
-			noteAsked(ctx, pt.adopted.SourceAddress, askFailed)
-		}
+	wait := time.Until(deadline)
+	type answer struct {
+		perm, reason string
+		reached      bool // the question left for the source
+		err          error
 	}
-	switch {
-	case err != nil:
-		return deny(promcp.SourceUnreachable, "the device does not answer: %v", err)
-	case perm == "" || perm == string(promcp.Allowed):
+	done := make(chan answer, 1)
+	go func() {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LateAnswerTTL)
+		defer cancel()
+		var ans answer
+		ans.err = e.transact(actx, pt, opRead, func(ctx context.Context) (err error) {
+			ans.reached = true
+			ans.perm, ans.reason, err = a.Assess(ctx, value)
+			return err
+		})
+		if ans.err == nil {
+			pt.keepVerdict(verdict{value: value, perm: ans.perm, reason: ans.reason, at: e.now(), late: !time.Now().Before(deadline)})
+		}
+		done <- ans
+	}()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case ans := <-done:
+		if ans.reached && pt.adopted != nil {
+			if ans.err == nil {
+				noteAsked(ctx, pt.adopted.SourceAddress, askAnswered)
+			} else {
+				noteAsked(ctx, pt.adopted.SourceAddress, askFailed)
+			}
+		}
+		if ans.err != nil {
+			return deny(promcp.SourceUnreachable, "the device does not answer: %v", ans.err)
+		}
+		return judged(ans.perm, ans.reason, "")
+	case <-timer.C:
+		if pt.adopted != nil {
+			noteAsked(ctx, pt.adopted.SourceAddress, askLate)
+		}
+		if v, ok := pt.lateVerdict(value, e.now()); ok {
+			return judged(v.perm, v.reason, fmt.Sprintf(" (its answer of %v ago: none within can_do's %v now)",
+				e.now().Sub(v.at).Round(time.Millisecond), wait.Round(time.Millisecond)))
+		}
+		return deny(promcp.SourceUnreachable, "the device does not answer: no answer within can_do's %v: %v", wait.Round(time.Millisecond), drivers.ErrTimeout)
+	}
+}
+
+// judged is the decision a source's answer to can_do makes; late says when
+// the answer is an earlier one.
+func judged(perm, reason, late string) decision {
+	if perm == "" || perm == string(promcp.Allowed) {
 		return decision{permission: promcp.Allowed}
 	}
-	return deny(promcp.Permission(perm), "the device itself answers %s: %s", perm, reason)
+	return deny(promcp.Permission(perm), "the device itself answers %s: %s%s", perm, reason, late)
 }
 
 func (e *Engine) candidate(ctx context.Context, pt *point, m match, reasons []string, d decision, now time.Time) promcp.Candidate {

@@ -117,6 +117,8 @@ type point struct {
 	// refused is the latest request the device refused (exception reply), so
 	// can_do can say so before the same request is tried again.
 	refused *refusal
+	// verdict is an adopted source's latest answer to can_do (verdict.go).
+	verdict *verdict
 	// quantised remembers the latest value quantised and its result: can_do
 	// and do_* ask again for the same value, and encoding is exact
 	// rational arithmetic.
