@@ -63,7 +63,8 @@ func TestSeedDiscoveryAndFailure(t *testing.T) {
 	seed := a.Self().Addr
 	b := startNode(t, "node_b", "north", keys, hb, seed)
 	c := startNode(t, "node_c", "south", keys, hb, seed)
-	took := waitFor(t, 5*time.Second, "3 nodes converge", func() bool {
+	// A join that fails under load is tried again scoutFast later.
+	took := waitFor(t, 2*scoutFast, "3 nodes converge", func() bool {
 		return a.Alive("") == 2 && b.Alive("") == 2 && c.Alive("") == 2
 	})
 	t.Logf("3 nodes converged in %s", took)
@@ -78,17 +79,27 @@ func TestSeedDiscoveryAndFailure(t *testing.T) {
 		t.Errorf("SizeEstimate = %d, want 3", s)
 	}
 
-	// c fails without a goodbye: a must suspect it, then declare it dead.
+	// c fails without a goodbye: a must suspect it, then declare it dead,
+	// within the bound at the worst health score (Lifeguard slows a prober
+	// that misses acks, and a loaded host makes it miss them).
 	events, cancel := a.Subscribe(16)
 	defer cancel()
+	tm := a.Timing()
+	worst := tm.Slowed(awarenessMax - 1)
+	health := a.Status().Health
 	killed := time.Now()
 	c.crash()
-	tm := a.Timing()
+	guard := time.After(worst.SuspectWithin + worst.DeadAfter)
 	var suspectAt, deadAt time.Duration
+	var bSuspected []State // b's states other than alive, as a saw them
 	for deadAt == 0 {
 		select {
 		case ev := <-events:
-			if ev.Kind != PeerChanged || ev.Peer.NodeID != "node_c" {
+			if ev.Kind != PeerChanged {
+				continue
+			}
+			if ev.Peer.NodeID == "node_b" {
+				bSuspected = append(bSuspected, ev.Peer.State)
 				continue
 			}
 			switch ev.Peer.State {
@@ -97,11 +108,14 @@ func TestSeedDiscoveryAndFailure(t *testing.T) {
 			case Dead:
 				deadAt = ev.At.Sub(killed)
 			}
-		case <-time.After(10 * tm.Interval):
-			t.Fatalf("c not declared dead within 10 heartbeats")
+		case <-guard:
+			t.Fatalf("c not declared dead within %s (suspected within %s at health score 7, dead %s later)",
+				worst.SuspectWithin+worst.DeadAfter, worst.SuspectWithin, worst.DeadAfter)
 		}
 	}
-	t.Logf("heartbeat %s: suspected after %s (bound %s), dead after %s (bound %s)", hb, suspectAt, tm.SuspectWithin, deadAt, tm.SuspectWithin+tm.DeadAfter)
+	at := tm.Slowed(health)
+	t.Logf("heartbeat %s, health score %d at the kill: suspected after %s (bound %s), dead after %s (bound %s); now health %d",
+		hb, health, suspectAt, at.SuspectWithin, deadAt, at.SuspectWithin+at.DeadAfter, a.Status().Health)
 	if suspectAt == 0 || suspectAt > deadAt {
 		t.Errorf("c was not suspected before it was dead")
 	}
@@ -109,8 +123,12 @@ func TestSeedDiscoveryAndFailure(t *testing.T) {
 	if p, _ := a.Peer("node_c"); p.State != Dead || p.LastSeen.After(killed.Add(suspectAt+tm.Interval/4)) {
 		t.Errorf("c after death: %+v", p)
 	}
-	if got := a.Alive(""); got != 1 {
-		t.Errorf("Alive after c died = %d, want 1", got)
+	// b lives on. A starved prober can miss b's ack (with c gone there is
+	// no relay to ask) and suspect b: b then refutes, as it does any
+	// suspicion of itself, and a sees it alive again.
+	took = waitFor(t, worst.SuspectWithin+worst.DeadAfter, "a sees b alive", func() bool { return a.Alive("") == 1 })
+	if len(bSuspected) > 0 {
+		t.Logf("a suspected b (false positive, refuted): %v; alive again after %s", bSuspected, took)
 	}
 }
 
