@@ -161,6 +161,9 @@ func (e *Engine) write(ctx context.Context, pt *point, base Record, key string, 
 	w := Write{At: e.now(), Value: d.value, Seq: pt.site.nextSeq(), Key: key}
 	intent := base
 	intent.Response, intent.At, intent.InDoubt, intent.Seq, intent.SentAt = resp, w.At, true, w.Seq, w.At
+	if d.clamped {
+		intent.Response.Status = promcp.StatusPartial // so that a write confirmed by read-back says so (settle)
+	}
 	if err := e.idem.Save(key, intent); err != nil {
 		failed := e.refuse(pt, key, "", fmt.Sprintf("could not record the request, so nothing was written: %v", err))
 		failed.PreviousValue = prev
@@ -240,6 +243,7 @@ func (e *Engine) finish(ctx context.Context, pt *point, base Record, key string,
 		resp.Status = promcp.StatusPartial
 	}
 	back, err := e.readFresh(ctx, pt)
+	shown := false
 	switch {
 	case err != nil:
 		resp.AppliedValue = written
@@ -250,11 +254,12 @@ func (e *Engine) finish(ctx context.Context, pt *point, base Record, key string,
 		resp.Warnings = append(resp.Warnings, fmt.Sprintf("wrote %v but the device reports %v", written, back.value))
 	default:
 		resp.AppliedValue = back.value
+		shown = true
 	}
 	e.compensation(pt, &resp)
 	resp.Timestamp = promcp.Time(e.now())
 	// A failure to record is told to this caller; the stored answer cannot say it.
-	resp.Warnings = append(resp.Warnings, e.saveOutcome(pt, key, base.final(resp, e.now()), charged)...)
+	resp.Warnings = append(resp.Warnings, e.saveOutcome(pt, key, base.final(resp, e.now()), charged, shown)...)
 	e.log.Info("do applied", "tool", pt.tool, "key", key, "status", resp.Status, "previous", resp.PreviousValue, "applied", resp.AppliedValue)
 	return resp
 }

@@ -50,11 +50,15 @@ type LimitStore interface {
 }
 
 // OutcomeStore is implemented by a store that keeps both the idempotency
-// records and the write history (the Full profile's): a confirmed write's
-// outcome and its charge then become durable in one commit instead of two.
+// records and the write history (the Full profile's): a write's outcome and
+// its charge then become durable in one commit instead of two.
 type OutcomeStore interface {
-	// SaveCharged is Save(key, r) and RecordWrite(tool, w, keep) at once.
-	SaveCharged(key string, r Record, tool string, w Write, keep time.Duration) error
+	// SaveOutcome is Save(key, r) and, when w is not nil, RecordWrite(tool,
+	// *w, keep) at once. With shown, the device showed r's value when read
+	// back after the write: the store may then return once the change is
+	// written where a crash of the process keeps it, before it is durable
+	// against one of the machine (see finish).
+	SaveOutcome(key string, r Record, tool string, w *Write, keep time.Duration, shown bool) error
 }
 
 // InDoubtLister is implemented by idempotency stores that can list the keys
@@ -177,20 +181,22 @@ func (e *Engine) keepWrites(pt *point) time.Duration {
 
 // saveOutcome records a do_*'s final record and, when charged is not nil,
 // the charge held in memory only so far: in one commit where the store can.
-func (e *Engine) saveOutcome(pt *point, key string, rec Record, charged *Write) []string {
-	var warnings []string
-	if charged != nil {
-		if both, ok := e.history.(OutcomeStore); ok && any(e.history) == any(e.idem) {
-			if err := both.SaveCharged(key, rec, pt.tool, *charged, e.keepWrites(pt)); err != nil {
-				e.log.Error("outcome and write history not recorded", "tool", pt.tool, "key", key, "err", err)
+// shown says the read-back showed the written value (see finish).
+func (e *Engine) saveOutcome(pt *point, key string, rec Record, charged *Write, shown bool) []string {
+	if both, ok := e.idem.(OutcomeStore); ok && (charged == nil || any(e.history) == any(e.idem)) {
+		if err := both.SaveOutcome(key, rec, pt.tool, charged, e.keepWrites(pt), shown); err != nil {
+			e.log.Error("outcome not recorded", "tool", pt.tool, "key", key, "err", err)
+			if charged != nil {
 				return []string{outcomeWarning(err), chargeWarning(err)}
 			}
-			return nil
+			return []string{outcomeWarning(err)}
 		}
-		if e.history != nil {
-			if err := e.history.RecordWrite(pt.tool, *charged, e.keepWrites(pt)); err != nil {
-				warnings = append(warnings, chargeWarning(err))
-			}
+		return nil
+	}
+	var warnings []string
+	if charged != nil && e.history != nil {
+		if err := e.history.RecordWrite(pt.tool, *charged, e.keepWrites(pt)); err != nil {
+			warnings = append(warnings, chargeWarning(err))
 		}
 	}
 	if err := e.idem.Save(key, rec); err != nil {

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,11 +18,13 @@ import (
 // lossyWire sits between the engine and the simulated Modbus bus. For the
 // next `lose` register writes it applies the write and then reports its
 // outcome as lost, as a reply lost on the wire does; for the next `refuse`
-// it answers an exception without applying. It counts writes applied.
+// it answers an exception without applying. With skew, the device keeps
+// another value than the one written. It counts writes applied.
 type lossyWire struct {
 	drivers.ModbusBus
 	lose, refuse atomic.Int32
 	applied      atomic.Int32
+	skew         atomic.Bool // the device keeps one raw step more than it is sent
 }
 
 func (l *lossyWire) WriteRegisters(ctx context.Context, unit uint8, addr uint16, v []uint16) error {
@@ -29,6 +32,10 @@ func (l *lossyWire) WriteRegisters(ctx context.Context, unit uint8, addr uint16,
 		return &drivers.ModbusException{Function: 16, Code: 3}
 	}
 	l.refuse.Store(0)
+	if l.skew.Load() {
+		v = append([]uint16(nil), v...)
+		v[len(v)-1]++
+	}
 	if err := l.ModbusBus.WriteRegisters(ctx, unit, addr, v); err != nil {
 		return err
 	}
@@ -50,21 +57,96 @@ func lossyRig(t *testing.T, dir string) (*rig, *lossyWire, *state.Store) {
 		store = openState(t, r, dir)
 	}
 	wire := &lossyWire{ModbusBus: r.buses["mb"].(drivers.ModbusBus)}
+	opts := engine.Options{}
+	if store != nil {
+		opts.Idempotency, opts.Limits = store, store
+	}
+	r.e = wire.engine(t, r, opts)
+	return r, wire, store
+}
+
+// engine is a new engine for r's device with its Modbus bus behind l.
+func (l *lossyWire) engine(t *testing.T, r *rig, opts engine.Options) *engine.Engine {
+	t.Helper()
 	buses := map[string]drivers.Bus{}
 	for name, b := range r.buses {
 		buses[name] = b
 	}
-	buses["mb"] = wire
-	opts := engine.Options{Now: r.clock.Now, Logger: quiet}
-	if store != nil {
-		opts.Idempotency, opts.Limits = store, store
-	}
+	buses["mb"] = l
+	opts.Now, opts.Logger = r.clock.Now, quiet
 	e, err := engine.New(r.e.Manifest(), r.e.Policy(), buses, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.e = e
-	return r, wire, store
+	return e
+}
+
+// forgetful is the state store of a machine that loses power after every
+// answer: the outcomes the store may take before they are on disk (those
+// the device showed on read-back) are lost, as a crash before their sync
+// loses them. It counts them.
+type forgetful struct {
+	*state.Store
+	lost atomic.Int32
+}
+
+func (f *forgetful) SaveOutcome(key string, r engine.Record, tool string, w *engine.Write, keep time.Duration, shown bool) error {
+	if shown {
+		f.lost.Add(1)
+		return nil
+	}
+	return f.Store.SaveOutcome(key, r, tool, w, keep, shown)
+}
+
+// An outcome lost in a crash of the machine leaves the key's in-doubt
+// intent, and the device settles it: found, the write is confirmed and the
+// retry answers as the call did, without writing again. The store may lose
+// only outcomes the device showed: one that read back another value than
+// was written waits for the disk, as read back after a crash it would look
+// unapplied and be written a second time.
+func TestOutcomeLostInACrashIsSettledNotWrittenAgain(t *testing.T) {
+	dir := t.TempDir()
+	r, wire, store := lossyRig(t, dir)
+	f := &forgetful{Store: store}
+	e := wire.engine(t, r, engine.Options{Idempotency: f, Limits: f})
+	calls := []struct {
+		tool, key string
+		value     float64
+		skew      bool // the device keeps another value
+		status    promcp.Status
+		lost      int32 // outcomes lost so far
+	}{
+		{"do_boiler_setpoint", "A", 55, false, promcp.StatusSuccess, 1},
+		{"do_damper_position", "B", 30, true, promcp.StatusPartial, 1},
+		{"do_damper_position", "C", 95, false, promcp.StatusPartial, 2}, // clamped to 90 by the policy
+	}
+	answers := map[string]promcp.DoResponse{}
+	for _, c := range calls {
+		wire.skew.Store(c.skew)
+		resp := doOn(t, e, c.tool, c.value, c.key)
+		if resp.Status != c.status || f.lost.Load() != c.lost {
+			t.Fatalf("%s = %+v, %d outcomes lost", c.key, resp, f.lost.Load())
+		}
+		answers[c.key] = resp
+	}
+	store.Close() // the engine goes down with the machine; the device stays
+
+	store = openState(t, r, dir)
+	defer store.Close()
+	e = wire.engine(t, r, engine.Options{Idempotency: store, Limits: store})
+	if err := e.SettleInDoubt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range calls {
+		got, want := doOn(t, e, c.tool, c.value, c.key), answers[c.key]
+		if got.Status != want.Status || got.AppliedValue != want.AppliedValue || got.PreviousValue != want.PreviousValue ||
+			!slices.Equal(got.Warnings, want.Warnings) {
+			t.Errorf("retry of %s after the crash = %+v, want the answer it had: %+v", c.key, got, want)
+		}
+	}
+	if n := wire.applied.Load(); n != 3 {
+		t.Fatalf("writes applied = %d, want 3 (each key once)", n)
+	}
 }
 
 func TestInDoubtAnswerKeepsThePreviousValueAndIsChargedToTheCooldown(t *testing.T) {

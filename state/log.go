@@ -15,10 +15,10 @@ import (
 )
 
 // The log, state.log beside state.db, is where every change is made durable
-// before Save, SaveCharged, RecordWrite and the operation methods return:
-// callers that arrive while a write is under way share the next one, and
-// each write is one pwrite and one fdatasync of a file that never changes
-// size (a bbolt commit is two fdatasyncs and a pwrite per page touched: some
+// before Save, RecordWrite, the operation methods and SaveOutcome (but see
+// appendWritten) return: changes written while a sync is under way share
+// the next one, and each change is a pwrite, and a share of an fdatasync, of
+// a file that never changes size (a bbolt commit is two fdatasyncs and a pwrite per page touched: some
 // two dozen for a batch of do_* calls on random keys). The changes are then
 // applied to state.db in the background, many at once (a checkpoint: one
 // bbolt transaction), and until then Load finds records in memory.
@@ -53,6 +53,7 @@ var (
 	checkpointAt int64 = 256 << 10
 	idleApply          = time.Second
 	castagnoli         = crc32.MakeTable(crc32.Castagnoli)
+	syncLog            = fdatasync // tests hold syncs back with it
 )
 
 // logHeader is the first page of state.log.
@@ -182,23 +183,26 @@ type change struct {
 	ops   []op
 	entry []byte
 	done  chan error
+	// early: answered once written, before its sync (appendWritten)
+	early, answered bool
+	end             int64 // the LSN after its entry, once laid out
 }
 
-// syncDepth is how many written batches may be syncing at once. fdatasync
-// waits mostly for the device's cache flush, and flushes run side by side:
-// a batch that starts while another syncs need not wait for it, only be
-// answered after it. Each in-flight sync has a descriptor of its own, because
-// a write-back error is reported once per open file: on a shared one, one
+// syncDepth is how many syncs may be under way at once. fdatasync waits
+// mostly for the device's cache flush, and flushes run side by side: a sync
+// that starts while another runs need not wait for it, only be answered
+// after it. Each in-flight sync has a descriptor of its own, because a
+// write-back error is reported once per open file: on a shared one, one
 // caller's sync could take the error that belongs to another's data.
 const syncDepth = 2
 
-// batch is changes written together, from LSN start to end.
-type batch struct {
-	changes    []*change
-	entries    [][]byte
-	start, end int64
-	synced     bool
-	err        error
+// syncRun is one fdatasync of the log, covering everything written before
+// it began: the changes written since the previous one began, up to LSN upto.
+type syncRun struct {
+	changes []*change
+	upto    int64
+	done    bool
+	err     error
 }
 
 // logWriter appends changes to the log in group writes.
@@ -210,18 +214,21 @@ type logWriter struct {
 	mu       sync.Mutex
 	wake     *sync.Cond // queue, space, a sync done, or closing
 	queue    []*change
-	inflight []*batch // written, answered in order once synced
-	reserved int64    // the LSN of the next entry to write
-	next     int64    // the LSN after the last entry synced and answered
-	applied  int64    // entries below it are in state.db
-	failed   error    // a write or sync failed: nothing more is accepted
-	stuck    error    // the last checkpoint failed
+	unsynced []*change  // written since the last sync began
+	waiting  int        // of them, changes whose callers wait for a sync
+	inflight []*syncRun // begun, answered in order once done
+	reserved int64      // the LSN of the next entry to write
+	next     int64      // the LSN after the last entry synced
+	applied  int64      // entries below it are in state.db
+	failed   error      // a write or sync failed: nothing more is accepted
+	stuck    error      // the last checkpoint failed
 	closing  bool
-	writes   int64
+	syncsRun int64
 
-	// pending are the ops written and not yet applied, in log order, with
-	// the LSN after each; records maps the key of each record among them to
-	// its newest version.
+	// pending are the ops synced and not yet applied, in log order, with
+	// the LSN after each; records maps the key of each record among them,
+	// and among the changes written and answered before their sync, to its
+	// newest version.
 	pending []pendingOp
 	records map[string]pendingOp
 	timer   *time.Timer // the idle checkpoint, armed by the first pending op
@@ -235,7 +242,16 @@ type pendingOp struct {
 }
 
 // append queues ops as one entry and returns once it is on disk.
-func (w *logWriter) append(ops ...op) error {
+func (w *logWriter) append(ops ...op) error { return w.add(false, ops) }
+
+// appendWritten queues ops as one entry and returns once it is written to
+// the file, before it is on disk: a crash of the process keeps it (it is in
+// the kernel's page cache), one of the machine may lose it. It is synced
+// with the next change that waits for a sync, or on its own as soon as no
+// sync is under way.
+func (w *logWriter) appendWritten(ops ...op) error { return w.add(true, ops) }
+
+func (w *logWriter) add(early bool, ops []op) error {
 	e, err := encodeOps(ops)
 	if err != nil {
 		return err
@@ -243,7 +259,7 @@ func (w *logWriter) append(ops ...op) error {
 	if int64(len(e)) > w.ring/4 {
 		return fmt.Errorf("a change of %d bytes is too large for the state log", len(e))
 	}
-	c := &change{ops: ops, entry: e, done: make(chan error, 1)}
+	c := &change{ops: ops, entry: e, done: make(chan error, 1), early: early}
 	w.mu.Lock()
 	if w.failed != nil || w.closing {
 		err := w.failed
@@ -261,111 +277,179 @@ func (w *logWriter) append(ops ...op) error {
 	return <-c.done
 }
 
-// run writes queued changes until the writer is closed, its queue empty and
-// every sync answered.
+// syncDue says a sync should begin now: something written is not covered by
+// one under way, and either a caller waits for it and a descriptor is free,
+// or no sync is under way at all (changes answered when written are synced
+// no later than that). It is called with w.mu held.
+func (w *logWriter) syncDue() bool {
+	return len(w.unsynced) > 0 && len(w.inflight) < syncDepth && (w.waiting > 0 || len(w.inflight) == 0)
+}
+
+// run writes queued changes, and begins syncs, until the writer is closed
+// and everything written is synced and answered.
 func (w *logWriter) run() {
 	defer close(w.done)
 	var buf []byte
-	n := 0 // batches written
+	n := 0 // syncs begun
 	w.mu.Lock()
 	for {
-		for (len(w.queue) == 0 || len(w.inflight) == syncDepth) && !(w.closing && len(w.queue) == 0) {
-			w.wake.Wait()
+		wrote := false
+		if len(w.queue) > 0 {
+			buf, wrote = w.writeQueued(buf)
 		}
-		if len(w.queue) == 0 {
-			for len(w.inflight) > 0 {
-				w.wake.Wait()
-			}
-			w.mu.Unlock()
-			return
-		}
-		changes, entries, err := w.take()
-		w.queue = w.queue[len(changes):]
-		if err != nil {
-			for _, c := range changes {
-				c.done <- err
+		if !w.syncDue() {
+			switch {
+			case wrote:
+			case w.closing && len(w.queue) == 0 && len(w.unsynced) == 0 && len(w.inflight) == 0:
+				w.mu.Unlock()
+				return
+			default:
+				w.wake.Wait() // for changes, a sync, room in the ring or closing
 			}
 			continue
 		}
-		b := &batch{changes: changes, entries: entries, start: w.reserved}
-		buf, b.end = layout(buf[:0], b.start, w.ring, entries)
-		w.reserved = b.end
-		w.inflight = append(w.inflight, b)
-		w.writes++
-		w.mu.Unlock()
-
-		if err := w.write(buf, b.start); err != nil {
-			w.synced(b, err)
-		} else {
-			go func(f *os.File) { w.synced(b, fdatasync(f)) }(w.syncs[n%syncDepth])
-		}
+		s := &syncRun{changes: w.unsynced, upto: w.reserved}
+		w.unsynced, w.waiting = nil, 0
+		w.inflight = append(w.inflight, s)
+		w.syncsRun++
+		go func(f *os.File) { w.synced(s, syncLog(f)) }(w.syncs[n%syncDepth])
 		n++
-		w.mu.Lock()
 	}
 }
 
-// synced records that b's sync returned err, and answers every batch whose
-// sync and those of all before it have returned: an error fails them all
-// and every change after them, since what follows a torn entry is never read.
-func (w *logWriter) synced(b *batch, err error) {
+// writeQueued writes the queued changes that fit in the ring with one
+// pwrite (laid out in buf, which it returns for reuse), and answers those
+// that do not wait for a sync. It says whether it took any. It is called
+// with w.mu held, and releases it during the write.
+func (w *logWriter) writeQueued(buf []byte) ([]byte, bool) {
+	changes, entries, err := w.take()
+	w.queue = w.queue[len(changes):]
+	if err != nil {
+		for _, c := range changes {
+			c.done <- err
+		}
+		return buf, true
+	}
+	if len(changes) == 0 {
+		return buf, false
+	}
+	start := w.reserved
+	buf, w.reserved = layout(buf[:0], start, w.ring, entries)
+	lsn := start
+	for _, c := range changes {
+		lsn = entryEnd(lsn, w.ring, int64(len(c.entry)))
+		c.end = lsn
+	}
+	w.mu.Unlock()
+	err = w.write(buf, start)
+	w.mu.Lock()
+	if err != nil {
+		// nothing after a torn entry is read: fail everyone not answered yet
+		w.fail(err)
+		for _, c := range append(w.unsynced, changes...) {
+			if !c.answered {
+				c.done <- w.failed
+			}
+		}
+		w.unsynced, w.waiting = nil, 0
+		w.wake.Broadcast()
+		return buf, true
+	}
+	for _, c := range changes {
+		if c.early {
+			c.answered = true
+			w.noteRecords(c)
+			c.done <- nil
+		} else {
+			w.waiting++
+		}
+	}
+	w.unsynced = append(w.unsynced, changes...)
+	return buf, true
+}
+
+// noteRecords makes c's records the newest versions Load finds, unless a
+// later change holds a newer one. It is called with w.mu held.
+func (w *logWriter) noteRecords(c *change) {
+	for _, o := range c.ops {
+		if q, ok := w.records[o.key]; o.kind == opRecord && (!ok || q.end < c.end) {
+			w.records[o.key] = pendingOp{o, c.end}
+		}
+	}
+}
+
+// fail stops the log at the first write or sync error. It is called with w.mu held.
+func (w *logWriter) fail(err error) {
+	if w.failed == nil {
+		w.failed = fmt.Errorf("the state log could not be written (%w): nothing more is recorded until physmcpd is restarted", err)
+	}
+}
+
+// synced records that s returned err, and answers every sync run that and
+// all before it have returned.
+func (w *logWriter) synced(s *syncRun, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	b.synced, b.err = true, err
-	for len(w.inflight) > 0 && w.inflight[0].synced {
-		b := w.inflight[0]
+	s.done, s.err = true, err
+	w.answer()
+}
+
+// answer answers the changes of the finished syncs at the head of
+// w.inflight: an error fails them all and every change after them, since
+// what follows a torn entry is never read. It is called with w.mu held.
+func (w *logWriter) answer() {
+	for len(w.inflight) > 0 && w.inflight[0].done {
+		s := w.inflight[0]
 		w.inflight = w.inflight[1:]
-		if b.err != nil && w.failed == nil {
-			w.failed = fmt.Errorf("the state log could not be written (%w): nothing more is recorded until physmcpd is restarted", b.err)
+		if s.err != nil {
+			w.fail(s.err)
 		}
 		if w.failed != nil {
-			for _, c := range b.changes {
-				c.done <- w.failed
+			for _, c := range s.changes {
+				if !c.answered {
+					c.done <- w.failed
+				}
 			}
 			continue
 		}
-		lsn := b.start
-		for i, c := range b.changes {
-			lsn = entryEnd(lsn, w.ring, int64(len(b.entries[i])))
+		for _, c := range s.changes {
 			for _, o := range c.ops {
-				p := pendingOp{o, lsn}
-				w.pending = append(w.pending, p)
-				if o.kind == opRecord {
-					w.records[o.key] = p
-				}
+				w.pending = append(w.pending, pendingOp{o, c.end})
 			}
-			c.done <- nil
+			if !c.answered {
+				w.noteRecords(c)
+				c.done <- nil
+			}
 		}
-		w.next = b.end
+		w.next = s.upto
 		w.schedule()
 	}
 	w.wake.Broadcast()
 }
 
-// take returns the queued changes that fit in the ring, and their entries,
-// waiting for a checkpoint to make room when none does. It is called with
-// w.mu held.
+// take returns the queued changes that fit in the ring, and their entries;
+// when none does, it starts a checkpoint to make room and returns none. It
+// is called with w.mu held.
 func (w *logWriter) take() (batch []*change, entries [][]byte, err error) {
-	for {
-		if w.failed != nil {
-			return w.queue, nil, w.failed
-		}
-		free := w.ring - (w.reserved - w.applied) - entryHeader
-		for _, c := range w.queue {
-			// at most its own size again is skipped to the next lap before it
-			if free -= 2 * (entryHeader + int64(len(c.entry))); free < 0 {
-				break
-			}
-			batch, entries = append(batch, c), append(entries, c.entry)
-		}
-		if len(batch) > 0 {
-			return batch, entries, nil
-		}
-		if w.stuck != nil {
-			return w.queue[:1], nil, fmt.Errorf("the state log is full: %w", w.stuck)
-		}
-		w.kickCheckpoint()
-		w.wake.Wait()
+	if w.failed != nil {
+		return w.queue, nil, w.failed
 	}
+	free := w.ring - (w.reserved - w.applied) - entryHeader
+	for _, c := range w.queue {
+		// at most its own size again is skipped to the next lap before it
+		if free -= 2 * (entryHeader + int64(len(c.entry))); free < 0 {
+			break
+		}
+		batch, entries = append(batch, c), append(entries, c.entry)
+	}
+	if len(batch) > 0 {
+		return batch, entries, nil
+	}
+	if w.stuck != nil {
+		return w.queue[:1], nil, fmt.Errorf("the state log is full: %w", w.stuck)
+	}
+	w.kickCheckpoint()
+	return nil, nil, nil
 }
 
 // write puts buf, which begins at LSN start, in the ring (two pieces when it

@@ -58,8 +58,9 @@ func TestLogRecoversUnappliedChanges(t *testing.T) {
 		}
 	}
 	must(s.Save("k1", engine.Record{Tool: "do_x", At: c.t, InDoubt: true, Seq: 4, SentAt: c.t}))
-	must(s.SaveCharged("k2", engine.Record{Tool: "do_x", At: c.t, Response: promcp.DoResponse{Status: promcp.StatusSuccess, IdempotencyKey: "k2", AppliedValue: 3.0}},
-		"do_x", engine.Write{At: c.t, Value: 3.0, Seq: 5, Key: "k2"}, time.Minute))
+	// answered once written, before its sync: a crash of the process keeps it too
+	must(s.SaveOutcome("k2", engine.Record{Tool: "do_x", At: c.t, Response: promcp.DoResponse{Status: promcp.StatusSuccess, IdempotencyKey: "k2", AppliedValue: 3.0}},
+		"do_x", &engine.Write{At: c.t, Value: 3.0, Seq: 5, Key: "k2"}, time.Minute, true))
 	must(s.RecordWrite("do_y", engine.Write{At: c.t, Value: true, Seq: 1, Key: "k3"}, 0))
 	must(s.SaveOperation(engine.OperationRecord{ID: "op1", Tool: "start_ramp", Key: "k4", State: promcp.OpRunning, Started: c.t}))
 	must(s.SaveOperation(engine.OperationRecord{ID: "op2", Tool: "start_ramp", Key: "k5", State: promcp.OpRunning, Started: c.t}))
@@ -219,6 +220,66 @@ func TestLogWraps(t *testing.T) {
 	checkpointAt = 2 << 10
 	save(40*round, 100*round)
 	check(crashCopy(t, dir), 0, 100*round)
+}
+
+// A change answered once written (an outcome the device showed) is answered
+// before its sync, found by Load and by a crash of the process at once, and
+// synced on its own when no sync is under way; a change that waits for the
+// disk is answered only once its sync returns.
+func TestWrittenChangeIsAnsweredBeforeItsSync(t *testing.T) {
+	noCheckpoints(t)
+	hold, began := make(chan struct{}), make(chan struct{}, 4)
+	sync := syncLog
+	syncLog = func(f *os.File) error {
+		began <- struct{}{}
+		<-hold
+		return sync(f)
+	}
+	defer func() { syncLog = sync }()
+	dir := t.TempDir()
+	c := &clock{t0}
+	s := open(t, dir, c)
+	before := s.Commits()
+	out := engine.Record{Tool: "do_x", At: c.t, Response: promcp.DoResponse{Status: promcp.StatusSuccess, IdempotencyKey: "k1", AppliedValue: 3.0}}
+	written := make(chan error, 1)
+	go func() {
+		written <- s.SaveOutcome("k1", out, "do_x", &engine.Write{At: c.t, Value: 3.0, Seq: 1, Key: "k1"}, time.Minute, true)
+	}()
+	<-began // its sync, held back
+	select {
+	case err := <-written:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second): // it waits for the sync: it would never return
+		t.Fatal("an outcome the device showed is not answered before its sync")
+	}
+	if _, ok := s.Load("k1"); !ok {
+		t.Fatal("an outcome answered before its sync is not found")
+	}
+	r := open(t, crashCopy(t, dir), c)
+	if _, ok := r.Load("k1"); !ok {
+		t.Fatal("an outcome answered before its sync is lost in a crash of the process")
+	}
+	r.Close()
+
+	saved := make(chan error, 1)
+	go func() { saved <- s.Save("k2", engine.Record{Tool: "do_x", At: c.t, InDoubt: true, Seq: 2}) }()
+	select {
+	case err := <-saved:
+		t.Fatalf("a change that waits for the disk was answered before its sync returned (%v)", err)
+	case <-began: // k2's sync, beside k1's
+	}
+	close(hold)
+	if err := <-saved; err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Commits() - before; got != 2 {
+		t.Errorf("%d syncs, want 2", got)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Changes queued while a write is under way share the next write.

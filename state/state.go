@@ -17,6 +17,8 @@
 //
 // Every Save and RecordWrite returns only after its change is in the log and
 // fsync'd: the engine writes to the device only after the intent is durable.
+// SaveOutcome of an outcome the device showed returns once it is in the log,
+// before its fsync (see SaveOutcome).
 //
 // A store that lost records must not be mistaken for a new one: the engine
 // would then act twice on a repeated idempotency key and ignore cooldowns.
@@ -279,7 +281,7 @@ func (s *Store) Close() error {
 func (s *Store) Commits() int64 {
 	s.w.mu.Lock()
 	defer s.w.mu.Unlock()
-	return s.w.writes
+	return s.w.syncsRun
 }
 
 // Load returns the record for key if it is younger than engine.KeyRetention.
@@ -334,11 +336,25 @@ func (s *Store) Save(key string, r engine.Record) error {
 	return nil
 }
 
-// SaveCharged is Save and RecordWrite in one change (engine.OutcomeStore).
-func (s *Store) SaveCharged(key string, r engine.Record, tool string, w engine.Write, keep time.Duration) error {
+// SaveOutcome is Save and, when w is not nil, RecordWrite in one change
+// (engine.OutcomeStore). With shown it returns once the change is written
+// to the log, and it is fsync'd with the next change that waits for one (or
+// on its own, as soon as no sync is under way): a crash of the process
+// loses nothing, and one of the machine before the sync leaves the key's
+// in-doubt intent, which the device's read-back settles as this outcome.
+func (s *Store) SaveOutcome(key string, r engine.Record, tool string, w *engine.Write, keep time.Duration, shown bool) error {
 	o, err := recordOp(key, r)
-	if err == nil {
-		err = s.w.append(o, op{kind: opCharge, key: tool, write: w, keep: keep})
+	if err != nil {
+		return fmt.Errorf("save idempotency record: %w", err)
+	}
+	ops := []op{o}
+	if w != nil {
+		ops = append(ops, op{kind: opCharge, key: tool, write: *w, keep: keep})
+	}
+	if shown {
+		err = s.w.appendWritten(ops...)
+	} else {
+		err = s.w.append(ops...)
 	}
 	if err != nil {
 		return fmt.Errorf("save idempotency record and the write to %s: %w", tool, err)
