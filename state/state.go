@@ -276,8 +276,9 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// Commits is how many durable writes (each one fdatasync of the log) the
-// store has made, for measuring what group commit saves.
+// Commits is how many fdatasyncs of the log the store has made (each makes
+// every change written before it durable), for measuring what group commit
+// saves.
 func (s *Store) Commits() int64 {
 	s.w.mu.Lock()
 	defer s.w.mu.Unlock()
