@@ -57,9 +57,10 @@ type Config struct {
 // A heartbeat is one probe round: every Interval each node probes one peer
 // (round robin over a shuffled list), so with n nodes each peer is probed
 // about once per Interval by someone. A probe is a UDP ping answered within
-// ProbeTimeout, else three indirect pings through other peers and a TCP ping,
-// all within the Interval: a failed probe is several missed heartbeats at
-// once, and memberlist marks the peer suspect after the first one.
+// ProbeTimeout (Interval/3; see Slowed for why), else three indirect pings
+// through other peers and a TCP ping, all within the Interval: a failed probe
+// is several missed heartbeats at once, and memberlist marks the peer suspect
+// after the first one.
 // PhysMCP's "3 misses → suspected" is therefore a bound, SuspectWithin =
 // 3·Interval from the death to the first failed probe, not a counter.
 // PhysMCP's "5 misses → dead" is the suspicion timeout: a suspect that does
@@ -93,13 +94,15 @@ const awarenessMax = 8
 // The score rises by one when the node refutes a suspicion of itself and, on
 // a failed probe, by one per relay whose nack did not arrive in time (one
 // when there is no relay); it falls by one per successful probe, about once
-// per Interval. A relay sends its nack ProbeTimeout after the indirect ping
-// request, which left ProbeTimeout after the ping: with ProbeTimeout =
-// Interval/2 the nacks arrive just after a score-0 prober's deadline, so
-// probing a dead or hung peer raises even a healthy node's score by up to 3
-// (the relays), and the next failure it probes within about 3 heartbeats is
-// suspected up to 3 heartbeats later. From score 1 on the deadline is
-// 2·Interval and nacks count.
+// per Interval. A relay sends its nack ProbeTimeout after it got the
+// indirect ping request, which the prober sent ProbeTimeout after its ping:
+// the nack arrives 2·ProbeTimeout after the ping and must beat the prober's
+// deadline, Interval at score 0. ProbeTimeout = Interval/3 gives a third of
+// the Interval each to the direct ping, the relay's ping and the nack's way
+// back. With Interval/2 (memberlist's LAN proportion) every nack came just
+// too late: probing a dead or hung peer raised even a healthy node's score
+// by up to 3 (its relays), so the next failure it probed was suspected up to
+// 3 heartbeats later.
 func (t Timing) Slowed(score int) Timing {
 	t.SuspectWithin += time.Duration(min(max(score, 0), awarenessMax-1)) * t.Interval
 	return t
@@ -110,7 +113,7 @@ func TimingFor(hb time.Duration, n int) Timing {
 	scale := math.Max(1, math.Log10(math.Max(1, float64(n))))
 	return Timing{
 		Interval:      hb,
-		ProbeTimeout:  hb / 2,
+		ProbeTimeout:  hb / 3,
 		SuspectWithin: 3 * hb,
 		DeadAfter:     time.Duration(float64(suspicionMult*hb) * scale),
 	}
