@@ -48,10 +48,18 @@ const (
 	// function code (FC5 and FC6, FC15 and FC16, FC1 and FC2, FC3 and FC4
 	// swapped): a well-formed reply that does not match the request.
 	Mismatch
+	// LateApply: hold the request without applying it until Fault.Hold is
+	// closed (or Fault.Delay has passed), then apply it, even if the client
+	// has closed the connection meanwhile, and answer if it has not. On TCP
+	// the device serves its other connections meanwhile, as a TCP-to-RTU
+	// gateway with a queue per connection does: a client that gave up and
+	// reconnected can read the old value and then see the old write land.
+	// On RTU the line is held too: nothing else is answered meanwhile.
+	LateApply
 )
 
 var modeNames = [...]string{"normal", "apply-drop", "apply-no-reply", "apply-fin", "apply-rst", "hang", "delay",
-	"exception", "garble", "mismatch"}
+	"exception", "garble", "mismatch", "late-apply"}
 
 func (m Mode) String() string {
 	if m < 0 || int(m) >= len(modeNames) {
@@ -89,11 +97,11 @@ type Fault struct {
 	Match func(Request) bool
 	// Times is how many matching requests it affects; 0 means all of them.
 	Times int
-	// Delay is how long Delay mode holds the reply.
+	// Delay is how long Delay mode holds the reply (LateApply: the request).
 	Delay time.Duration
-	// Hold, when set, holds a Delay reply until it is closed instead: a
-	// test closes it once the client has given up, so the reply is late
-	// however slowly either side is scheduled.
+	// Hold, when set, holds a Delay reply (a LateApply request) until it is
+	// closed instead: a test closes it once the client has given up, so the
+	// reply (the write) is late however slowly either side is scheduled.
 	Hold <-chan struct{}
 	// Code is the exception code for Exception mode (0 means 4, server
 	// device failure).
@@ -123,7 +131,7 @@ type Device struct {
 	writes   map[cell]int    // applied writes per address
 	requests map[uint8]int   // requests received per function code
 	handled  map[uint8]int   // requests finished with per function code
-	changed  chan struct{}   // closed and replaced when handled grows
+	changed  chan struct{}   // closed and replaced when requests or handled grows
 	faults   []*Fault
 	done     chan struct{} // closed when the server closes; ends delays
 }
@@ -180,9 +188,19 @@ func (d *Device) Requests(fc uint8) int {
 // just before the client gave up may reach the device only after, so a test
 // that counts what a call put on the wire waits for this first.
 func (d *Device) AwaitHandled(ctx context.Context, fc uint8, n int) error {
+	return d.await(ctx, d.handled, "finished with", fc, n)
+}
+
+// AwaitRequests waits until n requests with function code fc have arrived,
+// whatever becomes of them (a held one has arrived and is not handled yet).
+func (d *Device) AwaitRequests(ctx context.Context, fc uint8, n int) error {
+	return d.await(ctx, d.requests, "received", fc, n)
+}
+
+func (d *Device) await(ctx context.Context, counts map[uint8]int, what string, fc uint8, n int) error {
 	for {
 		d.mu.Lock()
-		got, changed := d.handled[fc], d.changed
+		got, changed := counts[fc], d.changed
 		d.mu.Unlock()
 		if got >= n {
 			return nil
@@ -190,7 +208,7 @@ func (d *Device) AwaitHandled(ctx context.Context, fc uint8, n int) error {
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return fmt.Errorf("modbusfault: finished with %d FC%d requests, waiting for %d: %w", got, fc, n, ctx.Err())
+			return fmt.Errorf("modbusfault: %s %d FC%d requests, waiting for %d: %w", what, got, fc, n, ctx.Err())
 		}
 	}
 }
@@ -201,6 +219,11 @@ func (d *Device) finished(fc uint8) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.handled[fc]++
+	d.counted()
+}
+
+// counted wakes the waiters of Await*; the caller holds d.mu.
+func (d *Device) counted() {
 	close(d.changed)
 	d.changed = make(chan struct{})
 }
@@ -224,12 +247,29 @@ func (d *Device) wait(dt time.Duration, hold <-chan struct{}) bool {
 }
 
 // outcome is what the transport does about one request: send pdu (nil: no
-// reply) after waiting delay (or for hold), or act out mode.
+// reply) after waiting delay (or for hold), or act out mode. A LateApply
+// outcome has no pdu yet: late applies the request after the wait.
 type outcome struct {
 	mode  Mode
 	pdu   []byte
 	delay time.Duration
 	hold  <-chan struct{}
+	late  func() []byte
+}
+
+// hold waits out o's delay or hold, then applies a LateApply request; false
+// means the server closed meanwhile (a held request is then never applied).
+func (d *Device) hold(o *outcome) bool {
+	if o.mode != Delay && o.mode != LateApply {
+		return true
+	}
+	if !d.wait(o.delay, o.hold) {
+		return false
+	}
+	if o.late != nil {
+		o.pdu = o.late()
+	}
+	return true
 }
 
 // handle decodes a request PDU, picks its fault, applies it and builds the
@@ -239,6 +279,7 @@ func (d *Device) handle(unit uint8, pdu []byte) outcome {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.requests[r.Function]++
+	d.counted()
 	if code != 0 {
 		return outcome{mode: Normal, pdu: []byte{r.Function | 0x80, code}}
 	}
@@ -248,6 +289,12 @@ func (d *Device) handle(unit uint8, pdu []byte) outcome {
 		return outcome{mode: Hang}
 	case Exception:
 		return outcome{mode: Exception, pdu: []byte{r.Function | 0x80, f.Code}}
+	case LateApply:
+		return outcome{mode: LateApply, delay: f.Delay, hold: f.Hold, late: func() []byte {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			return d.apply(r, payload)
+		}}
 	}
 	reply := d.apply(r, payload)
 	if f.Mode == Mismatch {

@@ -136,3 +136,52 @@ func TestHoldAndAwaitHandled(t *testing.T) {
 		t.Fatalf("writes %d and %d, requests %d; want 1, 0, 2", s.Writes(HoldingRegisters, 1), s.Writes(HoldingRegisters, 2), s.Requests(6))
 	}
 }
+
+// TestLateApply: a held write is not applied while the device serves another
+// connection (which reads the old value), and is applied when the hold ends
+// though its client has closed the connection meanwhile.
+func TestLateApply(t *testing.T) {
+	s := StartTCP(t)
+	s.Set(HoldingRegisters, 1, 3)
+	hold := make(chan struct{})
+	s.Inject(Fault{Mode: LateApply, Match: At(6, 1), Times: 1, Hold: hold})
+	old, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// FC6 to holding register 1, value 5, unit 1, transaction 7.
+	if _, err := old.Write([]byte{0, 7, 0, 0, 0, 6, 1, 6, 0, 1, 0, 5}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.AwaitRequests(ctx, 6, 1); err != nil { // the device holds it
+		t.Fatal(err)
+	}
+	old.Close()
+
+	c, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// FC3 from holding register 1, one register, transaction 8.
+	if _, err := c.Write([]byte{0, 8, 0, 0, 0, 6, 1, 3, 0, 1, 0, 1}); err != nil {
+		t.Fatal(err)
+	}
+	reply := make([]byte, 11)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(c, reply); err != nil || reply[1] != 8 || reply[10] != 3 {
+		t.Fatalf("read while the write is held: % x, %v; want transaction 8 with the old value 3", reply, err)
+	}
+	if s.Writes(HoldingRegisters, 1) != 0 {
+		t.Fatal("the held write was applied before the hold ended")
+	}
+	close(hold)
+	if err := s.AwaitHandled(ctx, 6, 1); err != nil {
+		t.Fatal(err)
+	}
+	if s.Writes(HoldingRegisters, 1) != 1 || s.Value(HoldingRegisters, 1) != 5 {
+		t.Fatalf("after the hold: %d writes, value %d; want 1 and 5", s.Writes(HoldingRegisters, 1), s.Value(HoldingRegisters, 1))
+	}
+}

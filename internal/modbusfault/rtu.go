@@ -117,10 +117,9 @@ func (s *RTU) frame(req []byte) (reply []byte, heard bool) {
 	switch o.mode {
 	case ApplyDrop, ApplyNoReply, ApplyFIN, ApplyRST, Hang:
 		return nil, true
-	case Delay:
-		if !s.wait(o.delay, o.hold) {
-			return nil, true
-		}
+	}
+	if !s.hold(&o) {
+		return nil, true
 	}
 	reply = append([]byte{unit}, o.pdu...)
 	reply = binary.LittleEndian.AppendUint16(reply, crc(reply))

@@ -140,10 +140,9 @@ func (s *TCP) respond(c *net.TCPConn, hdr [7]byte, o outcome) (more, drain bool)
 		return false, true
 	case Hang:
 		return false, true
-	case Delay:
-		if !s.wait(o.delay, o.hold) {
-			return false, false
-		}
+	}
+	if !s.hold(&o) {
+		return false, false
 	}
 	frame := append(hdr[:4:4], 0, 0, hdr[6])
 	binary.BigEndian.PutUint16(frame[4:], uint16(len(o.pdu)+1))
