@@ -115,7 +115,8 @@ func (e *Engine) rates(pt *point) []manifest.Rate {
 	return out
 }
 
-// limits checks rate limits and the cooldown against the writes already made.
+// limits checks rate limits and the cooldown against the writes already
+// made, and the settle window of an in-doubt write to the same site.
 func (e *Engine) limits(pt *point) decision {
 	now := e.now()
 	pt.mu.Lock()
@@ -140,6 +141,15 @@ func (e *Engine) limits(pt *point) decision {
 			d.clearsAt = until
 			return d
 		}
+	}
+	if l, ok := pt.site.pendingLate(now); ok {
+		// Written now, the value could be undone when the frame lands.
+		d := deny(promcp.CooldownActive, "an earlier write of %v to this register or line (idempotency_key %q) has no known outcome, "+
+			"and the device may still apply it until %s (the bus's late_write_ms); nothing is written to it before then. "+
+			"Retry after that; a retry of %q settles that write",
+			l.value, l.key, promcp.Time(l.until), l.key)
+		d.clearsAt = l.until
+		return d
 	}
 	return allow()
 }

@@ -87,6 +87,11 @@ func (e *Engine) do(ctx context.Context, caller Caller, pt *point, req promcp.Do
 		case rec.Fingerprint != fp:
 			return e.refuse(pt, key, "", fmt.Sprintf("idempotency_key %q was already used for a different request; use a new key for a new action", key))
 		case rec.InDoubt:
+			if err := e.waitLate(ctx, rec.LateUntil); err != nil {
+				outcome = OutcomeInDoubt
+				return e.stillLate(pt, key, rec, err)
+			}
+			pt.site.endLate(key)
 			if resp, outcome = e.settleLocked(ctx, pt, key, rec); outcome != "" {
 				return resp
 			}
@@ -164,6 +169,20 @@ func (e *Engine) write(ctx context.Context, pt *point, base Record, key string, 
 	if d.clamped {
 		intent.Response.Status = promcp.StatusPartial // so that a write confirmed by read-back says so (settle)
 	}
+	wctx := ctx // the write's
+	if pt.late > 0 {
+		// The bus gives up on the frame by the write's deadline at the
+		// latest, and the device may apply it until the window after: the
+		// intent keeps that bound, so a crash keeps the window too.
+		deadline := time.Now().Add(pt.c.Timeout())
+		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+			deadline = d
+		}
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+		intent.LateUntil = w.At.Add(time.Until(deadline) + pt.late)
+	}
 	if err := e.idem.Save(key, intent); err != nil {
 		failed := e.refuse(pt, key, "", fmt.Sprintf("could not record the request, so nothing was written: %v", err))
 		failed.PreviousValue = prev
@@ -173,18 +192,24 @@ func (e *Engine) write(ctx context.Context, pt *point, base Record, key string, 
 	// The key goes with the write: a point whose device is itself
 	// idempotent by key (an adopted do_*) passes it on, so a retry after a
 	// lost outcome cannot act twice there either.
-	werr := e.transact(drivers.WithIdempotencyKey(ctx, key), pt, opWrite, func(ctx context.Context) error { return pt.drv.Write(ctx, d.value) })
+	werr := e.transact(drivers.WithIdempotencyKey(wctx, key), pt, opWrite, func(ctx context.Context) error { return pt.drv.Write(ctx, d.value) })
 	if werr != nil && !inDoubt(werr) {
 		return e.notApplied(pt, base, key, d.value, prev, werr)
 	}
 	if werr != nil {
+		retry := "the retry checks the device and never writes twice"
+		if pt.late > 0 {
+			e.lateWindow(wctx, pt, key, &intent)
+			retry = fmt.Sprintf("the device may still apply it until %s (the bus's late_write_ms), so the retry waits until then, "+
+				"then checks the device and never writes twice; other writes to this register are refused until then", promcp.Time(intent.LateUntil))
+		}
 		chargeErr := e.charge(pt, w)
-		e.log.Warn("do write outcome unknown", "tool", pt.tool, "key", key, "point", pt.drv.Describe(), "seq", w.Seq, "err", werr)
+		e.log.Warn("do write outcome unknown", "tool", pt.tool, "key", key, "point", pt.drv.Describe(), "seq", w.Seq, "late_until", intent.LateUntil, "err", werr)
 		resp.Permission = promcp.SourceUnreachable
 		resp.AppliedValue = nil
 		resp.Reason = fmt.Sprintf("the write of %v was sent but its outcome is unknown (%v): the device may have applied it. "+
-			"Retry with the same idempotency_key: the retry checks the device and never writes twice. "+
-			"This write counts against the cooldown and rate limits.", d.value, werr)
+			"Retry with the same idempotency_key: %s. "+
+			"This write counts against the cooldown and rate limits.", d.value, werr, retry)
 		if chargeErr != nil {
 			resp.Warnings = append(resp.Warnings, chargeWarning(chargeErr))
 		}
@@ -193,6 +218,63 @@ func (e *Engine) write(ctx context.Context, pt *point, base Record, key string, 
 	pt.clearRefusal()
 	e.chargeInMemory(pt, w)
 	return e.finish(ctx, pt, base, key, resp, d.value, d.clamped, &w), OutcomeApplied
+}
+
+// lateWindow starts the settle window of an in-doubt write: the device may
+// still apply the frame for the bus's late_write_ms after the bus gave up
+// on it. While the caller is still there, the bus gave up when the write
+// returned, so the intent's bound (from the deadline) is narrowed to that;
+// a caller that went away may have left the frame on the bus until the
+// deadline. Other writes to the site are refused until the window ends.
+func (e *Engine) lateWindow(ctx context.Context, pt *point, key string, intent *Record) {
+	if until := e.now().Add(pt.late); ctx.Err() == nil && until.Before(intent.LateUntil) {
+		narrowed := *intent
+		narrowed.LateUntil = until
+		// Unsaved, the intent's bound stands: the window is never shorter
+		// in memory than a restart would find it.
+		if err := e.idem.Save(key, narrowed); err == nil {
+			*intent = narrowed
+		}
+	}
+	pt.site.noteLate(lateWrite{key: key, value: intent.Response.AppliedValue, until: intent.LateUntil})
+}
+
+// waitLate waits until the settle window that ends at until is over (zero:
+// none): before then the device may still apply an in-doubt frame, so a
+// read-back proves nothing. It waits on the real clock, for as long as the
+// engine's clock says is left, and gives up at once when the call's
+// deadline comes first, or when the call is cancelled while it waits.
+func (e *Engine) waitLate(ctx context.Context, until time.Time) error {
+	left := until.Sub(e.now())
+	if left <= 0 {
+		return nil
+	}
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < left {
+		return fmt.Errorf("the call's deadline comes %s before the window ends", (left - time.Until(d)).Round(time.Millisecond))
+	}
+	t := time.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// stillLate answers a retry of an in-doubt key that could not wait for the
+// end of its settle window (why): nothing is written and the key stays in
+// doubt, as the first answer said.
+func (e *Engine) stillLate(pt *point, key string, rec Record, why error) promcp.DoResponse {
+	resp := e.response(pt, key)
+	resp.Permission = promcp.SourceUnreachable
+	resp.PreviousValue = rec.Response.PreviousValue
+	resp.Reason = fmt.Sprintf("this key's write of %v (sent %s) has no known outcome, and the device may still apply it until %s (the bus's late_write_ms); "+
+		"checking before then proves nothing, and this call could not wait (%v). Nothing was written. "+
+		"Retry with the same idempotency_key after %s: the retry checks the device and never writes twice",
+		rec.Response.AppliedValue, promcp.Time(rec.SentAt), promcp.Time(rec.LateUntil), why, promcp.Time(rec.LateUntil))
+	e.log.Info("do in-doubt key retried inside its settle window", "tool", pt.tool, "key", key, "late_until", rec.LateUntil, "why", why)
+	return resp
 }
 
 func chargeWarning(err error) string {

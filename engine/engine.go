@@ -96,9 +96,12 @@ type point struct {
 	busType  manifest.BusType
 	location string
 	site     *site
-	dev      atomic.Pointer[device] // its breaker and queue, once looked up (breaker.go)
-	bus      *busCounters
-	counts   toolCounters
+	// late is its bus's settle window: how long after a write frame was
+	// given up on the device may still apply it (manifest.Bus.LateWrite).
+	late   time.Duration
+	dev    atomic.Pointer[device] // its breaker and queue, once looked up (breaker.go)
+	bus    *busCounters
+	counts toolCounters
 
 	reads flight
 	watch atomic.Pointer[watcher] // while somebody watches the reading (watch.go)
@@ -186,6 +189,9 @@ func New(m *manifest.Manifest, p *policy.Policy, buses map[string]drivers.Bus, o
 	if err := e.restoreLimits(); err != nil {
 		return nil, err
 	}
+	if err := e.restoreLate(); err != nil {
+		return nil, err
+	}
 	if err := e.loadOperations(opts.Operations); err != nil {
 		return nil, err
 	}
@@ -221,7 +227,8 @@ func (e *Engine) bind(cat *catalog, c *manifest.Capability, bus drivers.Bus) err
 	if err != nil {
 		return fmt.Errorf("capability %s: %w", c.ToolName(), err)
 	}
-	pt := &point{c: c, tool: c.ToolName(), drv: drv, busType: c.Binding.Type, location: locationKey(c), nameWords: words(c.Name), adopted: cat.m.AdoptedFrom(c)}
+	pt := &point{c: c, tool: c.ToolName(), drv: drv, busType: c.Binding.Type, location: locationKey(c), nameWords: words(c.Name), adopted: cat.m.AdoptedFrom(c),
+		late: cat.m.Buses[c.Binding.Bus].LateWrite()}
 	pt.outage, _ = drv.(drivers.Outage)
 	if pt.bus = cat.busCounts[c.Binding.Bus]; pt.bus == nil {
 		pt.bus = &busCounters{name: c.Binding.Bus, typ: c.Binding.Type}

@@ -37,6 +37,11 @@ type Record struct {
 	// SentAt is when the write left (or was about to leave) for the device:
 	// the moment its cooldown and rate windows are charged from.
 	SentAt time.Time `json:",omitzero"`
+	// LateUntil is when the settle window of an in-doubt write ends: until
+	// then the device (a gateway's queue) may still apply the frame, so a
+	// read-back proves nothing yet (the bus's late_write_ms after physmcpd
+	// gave up on the frame). Zero on buses without a window.
+	LateUntil time.Time `json:",omitzero"`
 	// Forgotten says the store knows the key was used (at At) but no longer
 	// holds its outcome (MemoryStore keeps a bounded number): a call with it
 	// is refused, neither replayed nor executed again.

@@ -133,6 +133,29 @@ func (e *Engine) restoreLimits() error {
 	return nil
 }
 
+// restoreLate restores the settle windows of in-doubt writes that have not
+// ended yet, so a restart does not free their registers early.
+func (e *Engine) restoreLate() error {
+	lister, ok := e.idem.(InDoubtLister)
+	if !ok {
+		return nil
+	}
+	recs, err := lister.InDoubt()
+	if err != nil {
+		return fmt.Errorf("list in-doubt writes: %w", err)
+	}
+	now := e.now()
+	for key, rec := range recs {
+		pt, ok := e.catalog().points[rec.Tool]
+		if !ok || !rec.LateUntil.After(now) {
+			continue
+		}
+		pt.site.noteLate(lateWrite{key: key, value: rec.Response.AppliedValue, until: rec.LateUntil})
+		e.log.Info("in-doubt write may still reach the device", "tool", rec.Tool, "key", key, "late_until", rec.LateUntil)
+	}
+	return nil
+}
+
 // charge counts w, a write that left for the device at w.At (applied or in
 // doubt), against the point's cooldown and rate limits and numbers it on its
 // site, in memory and in the LimitStore.
@@ -270,9 +293,10 @@ func (e *Engine) auditRefusedOp(caller Caller, tool string, args map[string]any,
 // (a crash or a lost reply between sending and recording the outcome). A
 // write that left before a crash and was never charged is charged now, from
 // when it was sent (a crash must not reset a cooldown). Then each key is
-// settled as a retry would (settle): applied keys are recorded as done
-// without writing again; superseded and unapplied keys stay in doubt, and a
-// retry answers them. It runs before the safe state at start-up, which would
+// settled as a retry would (settle), once its settle window has ended
+// (waiting for it within ctx): applied keys are recorded as done without
+// writing again; superseded and unapplied keys stay in doubt, and a retry
+// answers them. It runs before the safe state at start-up, which would
 // otherwise overwrite the evidence. Stores that cannot list keys (the
 // in-memory one) have nothing to settle after a restart.
 func (e *Engine) SettleInDoubt(ctx context.Context) error {
@@ -303,13 +327,27 @@ func (e *Engine) SettleInDoubt(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (e *Engine) settleAtStart(ctx context.Context, pt *point, key string, rec Record) error {
+// chargeAtStart charges an in-doubt write that left before a crash and was
+// never charged, from when it left.
+func (e *Engine) chargeAtStart(pt *point, key string, rec Record) error {
 	defer e.lockWrites(pt)()
 	if rec.Seq > 0 && !pt.site.charged(rec.Seq) {
 		if err := e.charge(pt, Write{At: rec.SentAt, Value: rec.Response.AppliedValue, Seq: rec.Seq, Key: key}); err != nil {
 			return fmt.Errorf("%s key %s: %w", pt.tool, key, err)
 		}
 	}
+	return nil
+}
+
+func (e *Engine) settleAtStart(ctx context.Context, pt *point, key string, rec Record) error {
+	if err := e.chargeAtStart(pt, key, rec); err != nil {
+		return err
+	}
+	if err := e.waitLate(ctx, rec.LateUntil); err != nil {
+		return fmt.Errorf("%s key %s: the write may still reach the device until %s, so it is left in doubt: %w", pt.tool, key, promcp.Time(rec.LateUntil), err)
+	}
+	pt.site.endLate(key)
+	defer e.lockWrites(pt)()
 	at, began := e.now(), time.Now()
 	resp, outcome := e.settle(ctx, pt, key, rec)
 	switch outcome {

@@ -41,6 +41,7 @@ const (
 	fTimestampText
 	fSentAt
 	fSideEffects // side_effects is not nil
+	fLateUntil
 )
 
 // EncodeRecord encodes r, stored under key (which it does not hold).
@@ -85,6 +86,7 @@ func EncodeRecord(key string, r Record) ([]byte, error) {
 	set(fTimestampText, !msOK && resp.Timestamp != "")
 	set(fSentAt, !r.SentAt.IsZero())
 	set(fSideEffects, resp.SideEffects != nil)
+	set(fLateUntil, !r.LateUntil.IsZero())
 
 	b := make([]byte, 0, 160+len(resp.Reason))
 	b = append(b, recordFormat)
@@ -101,6 +103,9 @@ func EncodeRecord(key string, r Record) ([]byte, error) {
 	b = binary.AppendUvarint(b, r.Seq)
 	if flags&fSentAt != 0 {
 		b = binenc.AppendTime(b, r.SentAt)
+	}
+	if flags&fLateUntil != 0 {
+		b = binenc.AppendTime(b, r.LateUntil)
 	}
 	b = binenc.AppendString(b, string(resp.Status))
 	if flags&fKeyIsRecordKey == 0 {
@@ -156,6 +161,9 @@ func DecodeRecord(key string, v []byte) (Record, error) {
 	r.Seq = d.Uvarint()
 	if flags&fSentAt != 0 {
 		r.SentAt = d.Time()
+	}
+	if flags&fLateUntil != 0 {
+		r.LateUntil = d.Time()
 	}
 	r.InDoubt = flags&fInDoubt != 0
 	r.Forgotten = flags&fForgotten != 0

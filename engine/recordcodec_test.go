@@ -48,6 +48,7 @@ func TestRecordEncodingKeepsWhatJSONKept(t *testing.T) {
 
 	intent := typical
 	intent.InDoubt, intent.SentAt, intent.Response.Status = true, at0.Add(time.Nanosecond), promcp.StatusFailed
+	intent.LateUntil = at0.Add(3*time.Second + time.Nanosecond)
 
 	refused := engine.Record{Fingerprint: "not-hex", Tool: "do_valve", At: at0,
 		Response: promcp.DoResponse{Status: promcp.StatusFailed, IdempotencyKey: "another key", SideEffects: []string{},

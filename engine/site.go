@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 )
 
 // site is one register or line, shared by every point that addresses it.
@@ -20,6 +21,42 @@ type site struct {
 	seq      uint64 // number of the latest write charged
 	last     Write  // the latest write charged
 	lastTool string
+	late     lateWrite
+}
+
+// lateWrite is an in-doubt write whose frame the device may still apply
+// until until (the end of its bus's settle window, late_write_ms).
+type lateWrite struct {
+	key   string
+	value any
+	until time.Time
+}
+
+// noteLate records an in-doubt write's settle window; of two, the one that
+// ends later stands.
+func (s *site) noteLate(l lateWrite) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.until.After(s.late.until) {
+		s.late = l
+	}
+}
+
+// pendingLate returns the in-doubt write whose frame may still land at now.
+func (s *site) pendingLate(now time.Time) (lateWrite, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.late, now.Before(s.late.until)
+}
+
+// endLate ends key's settle window once it has been waited out (on the
+// clock the wait used, which the engine's may not be).
+func (s *site) endLate(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.late.key == key {
+		s.late = lateWrite{}
+	}
 }
 
 // nextSeq is the number the next write will carry. Writes take turns, so

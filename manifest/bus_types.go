@@ -61,6 +61,17 @@ func (s *BusSim) Latency() time.Duration {
 	return time.Duration(s.LatencyMs * float64(time.Millisecond))
 }
 
+// LateWrite is how long after physmcpd gave up on a write frame the device
+// may still apply it (late_write_ms): 0 but on a modbus-tcp bus. A serial
+// line delivers frames in order, and GPIO, I2C and adopted calls (which pass
+// the idempotency key on) have no frame that can arrive late.
+func (b *Bus) LateWrite() time.Duration {
+	if b == nil || b.ModbusTCP == nil {
+		return 0
+	}
+	return time.Duration(b.ModbusTCP.LateWriteMs) * time.Millisecond
+}
+
 // I2CBus is a Linux I2C adapter.
 type I2CBus struct {
 	// Device is the adapter: a number N or a path /dev/i2c-N.
@@ -84,6 +95,18 @@ type GPIOBus struct {
 // up to 8 registers (or bits) apart are merged into one request.
 const DefaultMaxGap = 8
 
+// DefaultModbusTimeoutMs is a Modbus bus's timeout_ms when the manifest
+// does not set it.
+const DefaultModbusTimeoutMs = 1000
+
+// LateWriteFactor gives late_write_ms when the manifest does not set it, as
+// a multiple of the bus's timeout_ms (docs/engine.md, "In-doubt writes"),
+// and MaxLateWriteMs bounds it: a write to the register waits that long.
+const (
+	LateWriteFactor = 2
+	MaxLateWriteMs  = 600_000
+)
+
 // ModbusTCPBus is a Modbus TCP server (or gateway).
 type ModbusTCPBus struct {
 	Address   string `yaml:"address,required"` // host:port
@@ -91,6 +114,10 @@ type ModbusTCPBus struct {
 	Retries   int    `yaml:"retries"`
 	// MaxGap is the largest hole (in registers or bits) merged into one read when coalescing.
 	MaxGap int `yaml:"max_gap"`
+	// LateWriteMs is how long after physmcpd gave up on a write frame the
+	// server, or a gateway's queue, may still apply it. Validation fills
+	// in its default (LateWriteFactor times the timeout; 0 when simulated).
+	LateWriteMs int `yaml:"late_write_ms"`
 
 	At Positions `yaml:"-"`
 }

@@ -1,9 +1,11 @@
 package manifest
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/physmcp/physmcpd/internal/strictyaml"
@@ -270,6 +272,9 @@ var manifestEdits = []edit{
 	{name: "quorum size without quorum", base: greenhouse, old: "    cooldown_ms: 2000\n", new: "    cooldown_ms: 2000\n    quorum_size: 2\n", at: "2\n", msg: "only applies with requires_quorum"},
 	{name: "quorum without size", base: greenhouse, old: "    cooldown_ms: 2000\n", new: "    cooldown_ms: 2000\n    requires_quorum: true\n", at: "true\n", msg: "needs quorum_size"},
 	{name: "bus timeout zero", base: greenhouse, old: "    timeout_ms: 500\n", new: "    timeout_ms: 0\n", at: "timeout_ms: ^0", msg: "at least 1"},
+	{name: "late_write_ms negative", base: pumpSkid, old: "    retries: 1\n", new: "    retries: 1\n    late_write_ms: -1\n", at: "late_write_ms: ^-1", msg: "0..600000"},
+	{name: "late_write_ms too large", base: pumpSkid, old: "    retries: 1\n", new: "    retries: 1\n    late_write_ms: 600001\n", at: "late_write_ms: ^600001", msg: "0..600000"},
+	{name: "late_write_ms on rtu", base: greenhouse, old: "    timeout_ms: 500\n", new: "    timeout_ms: 500\n    late_write_ms: 100\n", at: "late_write_ms", msg: `unknown key "late_write_ms"`},
 	{name: "max_gap too large", base: greenhouse, old: "    timeout_ms: 500\n", new: "    timeout_ms: 500\n    max_gap: 2001\n", at: "max_gap: ^2001", msg: "0..2000"},
 	{name: "timeout zero", base: greenhouse, old: "    cache_ttl_ms: 1000\n", new: "    cache_ttl_ms: 1000\n    timeout_ms: 0\n", at: "timeout_ms: ^0", msg: "at least 1"},
 	{name: "deadband on bool", base: greenhouse, old: "    semantic_tags: [door, contact, security]\n", new: "    semantic_tags: [door, contact, security]\n    deadband: 1\n", at: "1\n", msg: "a deadband only applies to float and int capabilities, not bool"},
@@ -426,6 +431,44 @@ func TestMaxGapDefault(t *testing.T) {
 	}
 	if got := m.Buses["rs485"].ModbusRTU.MaxGap; got != 0 {
 		t.Fatalf("max_gap: 0 = %d", got)
+	}
+}
+
+// late_write_ms defaults to twice the timeout on a real modbus-tcp bus, to
+// 0 on a simulated one, and a written value (0 too) stays; no other bus has
+// a window.
+func TestLateWriteDefault(t *testing.T) {
+	const text = `physmcp_version: "0.1"
+device: {id: late, type: test_rig}
+buses:
+  plc: %s
+capabilities:
+  - name: flow_setpoint
+    kind: do
+    description: Flow setpoint.
+    binding: {bus: plc, unit: 1, table: holding, address: 0, data_type: uint16}
+    data_type: int
+    range: {min: 0, max: 1000}
+    semantic_tags: [flow]
+`
+	for _, c := range []struct {
+		bus  string
+		want time.Duration
+	}{
+		{"{type: modbus-tcp, address: 192.0.2.1:502, timeout_ms: 700}", 1400 * time.Millisecond},
+		{"{type: modbus-tcp, address: 192.0.2.1:502}", 2 * time.Second},
+		{"{type: modbus-tcp, address: 192.0.2.1:502, late_write_ms: 0}", 0},
+		{"{type: modbus-tcp, address: 192.0.2.1:502, simulated: true}", 0},
+		{"{type: modbus-tcp, address: 192.0.2.1:502, simulated: true, late_write_ms: 1500}", 1500 * time.Millisecond},
+		{"{type: modbus-rtu, port: /dev/serial/by-id/x, baud: 9600, parity: even, stop_bits: 1}", 0},
+	} {
+		m, diags := Parse("m.yml", []byte(fmt.Sprintf(text, c.bus)))
+		if m == nil {
+			t.Fatalf("%s: %s", c.bus, diags)
+		}
+		if got := m.Buses["plc"].LateWrite(); got != c.want {
+			t.Errorf("%s: late write window %s, want %s", c.bus, got, c.want)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -172,6 +173,19 @@ func (v *validator) maxGap(at Positions, path string, gap *int) {
 	}
 }
 
+// lateWrite checks late_write_ms and fills in its default: twice the
+// timeout, or 0 on a simulated bus, whose device applies every write at once.
+func (v *validator) lateWrite(b *Bus, k *ModbusTCPBus, path string) {
+	switch {
+	case !k.At.Has("late_write_ms"):
+		if !b.Simulated {
+			k.LateWriteMs = LateWriteFactor * cmp.Or(k.TimeoutMs, DefaultModbusTimeoutMs)
+		}
+	case k.LateWriteMs < 0 || k.LateWriteMs > MaxLateWriteMs:
+		v.errorf(k.At.Of("late_write_ms"), path+".late_write_ms", "must be 0..%d, got %d", MaxLateWriteMs, k.LateWriteMs)
+	}
+}
+
 func (v *validator) rate01(at Positions, path, key string, value float64) {
 	if value < 0 || value > 1 {
 		v.errorf(at.Of(key), path+"."+key, "is a probability and must be within 0..1, got %g", value)
@@ -227,6 +241,7 @@ func (v *validator) bus(b *Bus) {
 		v.timeout(k.At, path, k.TimeoutMs)
 		v.nonNegative(k.At, path, "retries", k.Retries)
 		v.maxGap(k.At, path, &k.MaxGap)
+		v.lateWrite(b, k, path)
 	case b.ModbusRTU != nil:
 		v.rtu(b, b.ModbusRTU, path)
 	case b.MCP != nil:

@@ -44,7 +44,7 @@ import (
 )
 
 const (
-	defaultTimeout = time.Second
+	defaultTimeout = manifest.DefaultModbusTimeoutMs * time.Millisecond
 	maxRetries     = 10
 	// queueLen bounds how many requests may wait for the bus; beyond that
 	// callers get ErrQueueFull at once instead of piling up behind a slow device.
