@@ -190,3 +190,24 @@ func TestLateWriteWindowSurvivesRestart(t *testing.T) {
 		t.Fatalf("%d writes applied, %d FC6 frames; want 1 and 1", n, frames)
 	}
 }
+
+// The safe state waits for the window's end before it writes: written
+// before, it would be undone when the held frame lands.
+func TestLateWriteSafeStateWaitsForTheWindow(t *testing.T) {
+	w, release := newLateRig(t, engine.Options{})
+	w.inDoubt(t, w.e, 500, "A")
+	done := make(chan error, 1)
+	go func() { done <- w.e.ApplySafeState(context.Background(), "test") }()
+	short, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := w.dev.AwaitRequests(short, 6, 2); err == nil {
+		t.Fatal("the safe value was written inside the window")
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if v, n := w.dev.Value(modbusfault.HoldingRegisters, 0), w.dev.Writes(modbusfault.HoldingRegisters, 0); v != 0 || n != 2 {
+		t.Fatalf("device holds %d after %d writes; want the safe 0 after 2 (A late, then the safe value)", v, n)
+	}
+}

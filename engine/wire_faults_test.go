@@ -32,7 +32,7 @@ type wireRig struct {
 // only the faulted ones may time out.
 const wireTimeout = 1500
 
-// A holding register (FC6 writes) with a 2 s cooldown, and one without.
+// A holding register (FC6 writes) with a safe value, and one with a 2 s cooldown.
 const wireManifest = `physmcp_version: "0.1"
 device: {id: wire_rig, type: test_rig}
 buses:
@@ -47,6 +47,7 @@ capabilities:
     range: {min: 0, max: 1000}
     semantic_tags: [flow]
     side_effects: ["changes the flow"]
+    safe_value: 0
   - name: heater_power
     kind: do
     description: Heater power, with a cooldown.

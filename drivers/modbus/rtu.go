@@ -114,7 +114,10 @@ func frameGap(m *serial.Mode) time.Duration {
 
 // rtuTransport carries RTU frames over a serial port: wait out the inter-frame
 // gap, drop stale input, write, then read exactly the reply's length (known
-// from its function code) or give up at the deadline.
+// from its function code) or give up at the deadline. Frames leave in order
+// on the one line, the next only after the previous was given up on, so a
+// write whose reply was lost reaches the device before the read that
+// settles it: an RTU bus needs no settle window (manifest.Bus.LateWrite).
 type rtuTransport struct {
 	path     string
 	mode     *serial.Mode
