@@ -207,13 +207,19 @@ func (s *Store) run() { s.w.run() }
 
 // applyInBackground makes checkpoints when the log asks for one. One that
 // fails is tried again a second later; meanwhile the log fills, and once it
-// is full Save and RecordWrite fail with the reason.
+// is full Save and RecordWrite fail with the reason. After idleRelease
+// without one it releases state.db's pages (release.go).
 func (s *Store) applyInBackground() {
 	defer close(s.stopped)
+	idle := time.NewTimer(idleRelease) // Open's check read every page
+	defer idle.Stop()
 	for {
 		select {
 		case <-s.stop:
 			return
+		case <-idle.C:
+			s.releasePages()
+			continue
 		case <-s.w.kick:
 		}
 		if _, err := s.checkpoint(); err != nil {
@@ -225,6 +231,7 @@ func (s *Store) applyInBackground() {
 				s.w.kickCheckpoint()
 			}
 		}
+		idle.Reset(idleRelease)
 	}
 }
 

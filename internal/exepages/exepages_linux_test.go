@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"syscall"
 	"testing"
+
+	"github.com/physmcp/physmcpd/internal/pagemap"
 )
 
 func identity(t *testing.T, path string) (dev, ino uint64) {
@@ -100,23 +102,12 @@ func TestReleaseDropsCleanPagesAndKeepsWrittenOnes(t *testing.T) {
 	}
 }
 
-// present counts b's pages in the process's page table (pagemap(5), bit 63).
+// present counts b's pages in the process's page tables.
 func present(t *testing.T, b []byte) int {
 	t.Helper()
-	pm, err := os.Open("/proc/self/pagemap")
+	n, err := pagemap.Present(reflect.ValueOf(b).Pointer(), uintptr(len(b)))
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer pm.Close()
-	page := uintptr(os.Getpagesize())
-	start := reflect.ValueOf(b).Pointer()
-	entries := make([]byte, uintptr(len(b))/page*8)
-	if _, err := pm.ReadAt(entries, int64(start/page*8)); err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for i := 7; i < len(entries); i += 8 {
-		n += int(entries[i] >> 7)
 	}
 	return n
 }
