@@ -120,12 +120,13 @@ func (d *device) openError() error {
 }
 
 // blocked reports an open breaker without claiming the probe (can_do), and
-// when the next attempt may be made.
-func (d *device) blocked(now time.Time) (clearsAt time.Time, err error) {
+// when the next attempt may be made. It reads the clock only for an open
+// breaker: can_do asks for every match.
+func (d *device) blocked(now func() time.Time) (clearsAt time.Time, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch {
-	case d.state == open && now.Before(d.openUntil):
+	case d.state == open && now().Before(d.openUntil):
 		return d.openUntil, d.openError()
 	case d.state == probing:
 		return time.Time{}, fmt.Errorf("%w (%s: a probe is under way; last error: %v)", ErrCircuitOpen, d.name, d.lastErr)
@@ -239,5 +240,5 @@ func (e *Engine) transact(ctx context.Context, pt *point, op txOp, f func(contex
 // breakerBlocks is can_do's view of the breaker: an open breaker blocks at
 // once, with the moment the next attempt may be made.
 func (e *Engine) breakerBlocks(pt *point) (clearsAt time.Time, err error) {
-	return e.device(pt).blocked(e.now())
+	return e.device(pt).blocked(e.now)
 }

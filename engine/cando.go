@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/physmcp/physmcpd/drivers"
@@ -255,14 +256,16 @@ func (e *Engine) CanDo(ctx context.Context, caller Caller, req promcp.CanDoReque
 		return e.sealReport(rep, start), nil
 	}
 
-	hits := e.pointMatches(in, req.Scope)
+	s := scratchPool.Get().(*canDoScratch)
+	defer s.release()
+	hits := e.pointMatches(s.hits, in, req.Scope)
 	e.dryRuns(ctx, caller, in.Intent, hits)
 	hits = append(hits, e.unservedMatches(in, req.Scope)...)
 	hits = append(hits, e.operationMatches(ctx, caller, in, req.Scope)...)
+	s.hits = hits
 	// Candidates and blocked entries are built only for the matches the
 	// report keeps: the cap is what bounds the answer.
-	cands, blocked := make([]*hit, 0, len(hits)), []*hit{}
-	rc, rb := make([]promcp.Ranked, 0, len(hits)), []promcp.Ranked{}
+	cands, blocked, rc, rb := s.cands, s.blocked, s.rc, s.rb
 	for i := range hits {
 		h := &hits[i]
 		r := promcp.Ranked{Confidence: h.m.confidence, Permission: h.d.permission}
@@ -272,10 +275,13 @@ func (e *Engine) CanDo(ctx context.Context, caller Caller, req promcp.CanDoReque
 			blocked, rb = append(blocked, h), append(rb, r)
 		}
 	}
+	s.cands, s.blocked, s.rc, s.rb = cands, blocked, rc, rb
 	keepC, keepB, omitted := promcp.Cap(req.Limit(), rc, rb)
+	rep.Candidates = make([]promcp.Candidate, 0, len(keepC))
 	for _, i := range keepC {
 		rep.Candidates = append(rep.Candidates, e.hitCandidate(ctx, in, cands[i], now))
 	}
+	rep.Blocked = make([]promcp.Blocked, 0, len(keepB))
 	for _, i := range keepB {
 		rep.Blocked = append(rep.Blocked, e.hitBlocked(in, blocked[i]))
 	}
@@ -291,6 +297,26 @@ func (e *Engine) CanDo(ctx context.Context, caller Caller, req promcp.CanDoReque
 	rep = e.sealReport(rep, start)
 	rep.Metadata.MeshMetadata = asks.metadata(e)
 	return rep, nil
+}
+
+// canDoScratch is one can_do's lists of matches, kept for the next call:
+// at 200 capabilities they were half of what a call allocated.
+type canDoScratch struct {
+	hits           []hit
+	cands, blocked []*hit
+	rc, rb         []promcp.Ranked
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(canDoScratch) }}
+
+// release empties s, so that it holds on to no point or value, and returns
+// it to the pool.
+func (s *canDoScratch) release() {
+	clear(s.hits)
+	clear(s.cands)
+	clear(s.blocked)
+	s.hits, s.cands, s.blocked, s.rc, s.rb = s.hits[:0], s.cands[:0], s.blocked[:0], s.rc[:0], s.rb[:0]
+	scratchPool.Put(s)
 }
 
 func actionPhrase(action string) string {

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -180,5 +181,53 @@ func TestCanDoRelatedReadsRanked(t *testing.T) {
 	}
 	if !slices.Equal(rep.Context.RelatedReads, want) {
 		t.Fatalf("related reads %v, want %v", rep.Context.RelatedReads, want)
+	}
+}
+
+// TestCanDoAnswersAlikeAfterAnyCall: can_do reuses its lists of matches from
+// call to call (a pool), so an answer must not depend on the call before it.
+// Each intent's answer (all permissions, blocked reasons, omitted counts)
+// after every other intent is the one it gets after itself.
+func TestCanDoAnswersAlikeAfterAnyCall(t *testing.T) {
+	r := zoneRig(t)
+	type call struct {
+		in    promcp.Intent
+		limit int
+	}
+	calls := []call{
+		{promcp.Intent{SemanticTags: []string{"heating"}, Action: "set", Value: 21.5}, 0},
+		{promcp.Intent{SemanticTags: []string{"heating"}, Action: "set", Value: 21.5}, 2},
+		{promcp.Intent{SemanticTags: []string{"heating"}, Action: "set", Value: 150.0}, 3},
+		{promcp.Intent{SemanticTags: []string{"zone_04", "setpoint"}, Action: "set", Target: "setpoint_04", Value: 21.5, Location: "lab"}, 1},
+		{promcp.Intent{SemanticTags: []string{"temperature", "heating"}}, 100},
+		{promcp.Intent{SemanticTags: []string{"nothing_here"}, Action: "set"}, 0},
+	}
+	answer := func(c call) string {
+		rep := r.canDoAtMost(t, c.in, c.limit)
+		rep.QueryID, rep.Metadata.Timestamp, rep.Metadata.TotalLatencyMs = "", "", 0
+		for i := range rep.Candidates {
+			rep.Candidates[i].ValidUntil, rep.Candidates[i].EstimatedLatencyMs = "", 0
+		}
+		b, err := json.Marshal(rep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	for _, c := range calls {
+		answer(c) // every point read once: later answers see the same cache
+	}
+	for _, c := range calls {
+		answer(c)
+		want := answer(c)
+		if !strings.Contains(want, `"omitted":{`) && c.limit > 0 && c.limit < 4 {
+			t.Fatalf("%+v omits nothing: the test needs a cap that applies\n%s", c, want)
+		}
+		for _, before := range calls {
+			answer(before)
+			if got := answer(c); got != want {
+				t.Errorf("%+v after %+v:\n got %s\nwant %s", c, before, got, want)
+			}
+		}
 	}
 }

@@ -83,13 +83,14 @@ type hit struct {
 	notServed *manifest.NotServed
 }
 
-// pointMatches are the read_* and do_* tools in scope that match in, in the
-// engine's order. Only the tools that carry one of the intent's tags, or a
-// word of its target, can match (see match), and only those are scored.
-func (e *Engine) pointMatches(in query, scope []string) []hit {
+// pointMatches appends to hits the read_* and do_* tools in scope that match
+// in, in the engine's order. Only the tools that carry one of the intent's
+// tags, or a word of its target, can match (see match), and only those are
+// scored.
+func (e *Engine) pointMatches(hits []hit, in query, scope []string) []hit {
 	cat := e.catalog()
 	found := lookup(cat.canDoIndex().byWord, append(slices.Clip(in.tags), in.targetWords...))
-	hits := make([]hit, 0, len(found))
+	hits = slices.Grow(hits, len(found))
 	for _, i := range found {
 		pt := cat.points[cat.tools[i].Name]
 		if !e.inScope(pt, scope) {

@@ -67,9 +67,12 @@ func (e *Engine) access(pt *point, caller Caller) decision {
 	if d.permission != promcp.Allowed {
 		return d
 	}
-	now := e.now()
+	var now time.Time // read only for a window: can_do checks every match, and the clock costs
 	for _, r := range e.p.Rules(pt.tool) {
 		if r.TimeWindow != nil {
+			if now.IsZero() {
+				now = e.now()
+			}
 			ok, why, changes := r.TimeWindow.Evaluate(e.p, now)
 			if !ok {
 				blocked := deny(promcp.PolicyDenied, "%s", why)
@@ -118,10 +121,14 @@ func (e *Engine) rates(pt *point) []manifest.Rate {
 // limits checks rate limits and the cooldown against the writes already
 // made, and the settle window of an in-doubt write to the same site.
 func (e *Engine) limits(pt *point) decision {
-	now := e.now()
+	rates, cd := e.rates(pt), pt.c.Cooldown()
+	var now time.Time // read only to count writes: can_do checks every match, and the clock costs
+	if len(rates) > 0 || cd > 0 {
+		now = e.now()
+	}
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
-	for _, rate := range e.rates(pt) {
+	for _, rate := range rates {
 		since := now.Add(-rate.Per)
 		i, _ := slices.BinarySearchFunc(pt.writes, since, func(t, s time.Time) int { return t.Compare(s) })
 		// writes[i:] fall inside the window (strictly after since).
@@ -135,14 +142,19 @@ func (e *Engine) limits(pt *point) decision {
 			return d
 		}
 	}
-	if cd := pt.c.Cooldown(); cd > 0 && !pt.lastWrite.IsZero() {
+	if cd > 0 && !pt.lastWrite.IsZero() {
 		if until := pt.lastWrite.Add(cd); now.Before(until) {
 			d := deny(promcp.CooldownActive, "cooldown of %s after the last write is active for another %s", cd, until.Sub(now).Round(time.Millisecond))
 			d.clearsAt = until
 			return d
 		}
 	}
-	if l, ok := pt.site.pendingLate(now); ok {
+	if l, ok := pt.site.pendingLate(func() time.Time {
+		if now.IsZero() {
+			now = e.now()
+		}
+		return now
+	}); ok {
 		// Written now, the value could be undone when the frame lands.
 		d := deny(promcp.CooldownActive, "an earlier write of %v to this register or line (idempotency_key %q) has no known outcome, "+
 			"and the device may still apply it until %s (the bus's late_write_ms); nothing is written to it before then. "+
@@ -360,6 +372,9 @@ func validate(c *manifest.Capability, v any) (any, promcp.Permission, error) {
 				return nil, "", fmt.Errorf("value must be a whole number, got %v", v)
 			}
 			return int64(f), promcp.Allowed, nil
+		}
+		if _, ok := v.(float64); ok {
+			return v, promcp.Allowed, nil // already canonical: not boxed again for each of can_do's matches
 		}
 		return f, promcp.Allowed, nil
 	case manifest.TypeBool:

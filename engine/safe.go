@@ -74,7 +74,7 @@ func (e *Engine) driveSafe(ctx context.Context, pt *point, v any, why string, ca
 	defer func() {
 		e.auditDo(caller, pt, promcp.DoRequest{Value: value}, resp, outcome, at, time.Since(began))
 	}()
-	if l, ok := pt.site.pendingLate(e.now()); ok {
+	if l, ok := pt.site.pendingLate(e.now); ok {
 		// The in-doubt frame could land after the safe value and undo it:
 		// wait it out when the deadline allows, else write now and say so.
 		if err := e.waitLate(ctx, l.until); err != nil {

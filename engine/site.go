@@ -42,11 +42,12 @@ func (s *site) noteLate(l lateWrite) {
 	}
 }
 
-// pendingLate returns the in-doubt write whose frame may still land at now.
-func (s *site) pendingLate(now time.Time) (lateWrite, bool) {
+// pendingLate returns the in-doubt write whose frame may still land now.
+// It reads the clock only when there is one: can_do asks for every match.
+func (s *site) pendingLate(now func() time.Time) (lateWrite, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.late, now.Before(s.late.until)
+	return s.late, !s.late.until.IsZero() && now().Before(s.late.until)
 }
 
 // endLate ends key's settle window once it has been waited out (on the
