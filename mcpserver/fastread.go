@@ -188,12 +188,28 @@ func (f *fastReads) serve(w http.ResponseWriter, r *http.Request, id string) boo
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	if out, ok := appendResponse(nil, response); ok {
+	buf := answerBuffers.Get().(*[]byte)
+	defer putAnswerBuffer(buf)
+	if out, ok := appendResponse((*buf)[:0], response); ok {
 		_, _ = w.Write(out)
+		*buf = out
 	} else {
 		_ = json.NewEncoder(w).Encode(response)
 	}
 	return true
+}
+
+// answerBuffers hold answers being written: a can_do's is 10 KB, grown
+// anew for every call before.
+var answerBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// putAnswerBuffer keeps buf for the next answer unless it grew past what
+// one usually needs (a tools/list of hundreds of tools does not take the
+// fast path, but a read of a long string could).
+func putAnswerBuffer(buf *[]byte) {
+	if cap(*buf) <= 64<<10 {
+		answerBuffers.Put(buf)
+	}
 }
 
 // readCall decodes body as a call this path answers for the caller of ctx:
