@@ -320,6 +320,8 @@ var manifestEdits = []edit{
 	{name: "gpio bad bias", base: greenhouse, old: "bias: pull-up", new: "bias: pullup", at: "pullup", msg: "as-is, disable, pull-up or pull-down"},
 	{name: "gpio line and offset", base: greenhouse, old: "      line: GPIO27\n", new: "      line: GPIO27\n      offset: 27\n", at: "27\n      bias", msg: "not both"},
 	{name: "gpio not bool", base: greenhouse, old: "    data_type: bool\n    semantic_tags: [door", new: "    data_type: int\n    semantic_tags: [door", at: "int\n", msg: "needs data_type bool"},
+	// Two do capabilities on overlapping registers (do_heater_setpoint is a float32 at holding 0-1).
+	{name: "do registers overlap", base: greenhouse, old: "  - name: heater_setpoint\n    kind: read\n", new: boostCapability("1", "uint16"), at: "bus: rs485\n      unit: 1\n      table: holding\n      address: 1", msg: "do_heater_boost writes holding address 1 of unit 1 on bus rs485, overlapping do_heater_setpoint (line 93), which writes holding addresses 0-1"},
 	{name: "gpio line bound twice", base: greenhouse, old: "line: GPIO27", new: "line: GPIO17", at: "bus: gpio\n      line: GPIO17\n      bias", msg: "already bound by do_vent_fan"},
 	{name: "gpio bad mode", base: greenhouse, old: "      line: GPIO27\n", new: "      address: \"pin=27:mode=analog\"\n", at: "analog", msg: "mode \"analog\" is not supported"},
 	{name: "gpio bare short item", base: greenhouse, old: "      line: GPIO27\n", new: "      address: \"27\"\n", at: "27", msg: "must be key=value"},
@@ -397,6 +399,32 @@ var manifestEdits = []edit{
 }
 
 func TestManifestFindings(t *testing.T) { runEdits(t, manifestEdits) }
+
+// boostCapability is a do capability on the greenhouse's controller, at a
+// holding register address of the given type, placed before
+// read_heater_setpoint (do_heater_setpoint is a float32 at holding 0-1).
+func boostCapability(address, modbusType string) string {
+	order := "      byte_order: big\n"
+	if modbusType != "uint16" {
+		order += "      word_order: big\n"
+	}
+	return "  - name: heater_boost\n    kind: do\n    description: Raise the heating controller's boost level.\n" +
+		"    binding:\n      bus: rs485\n      unit: 1\n      table: holding\n      address: " + address + "\n      data_type: " + modbusType + "\n" + order +
+		"    data_type: int\n    unit: \"%\"\n    range: {min: 0, max: 3}\n    semantic_tags: [heating, boost]\n    side_effects: [heater power draw changes]\n" +
+		"    requires_permission: operator\n    safe_value: 0\n\n  - name: heater_setpoint\n    kind: read\n"
+}
+
+// Two do capabilities may share a start address (they take turns) or sit side
+// by side; only a partial overlap is refused (manifestEdits).
+func TestDoRegistersSharedOrApart(t *testing.T) {
+	text := readFile(t, greenhouse)
+	for _, at := range [][2]string{{"0", "uint64"}, {"0", "uint16"}, {"2", "uint32"}} {
+		edited := strings.Replace(text, "  - name: heater_setpoint\n    kind: read\n", boostCapability(at[0], at[1]), 1)
+		if m, diags := Parse("m.yml", []byte(edited)); m == nil {
+			t.Errorf("%s at holding %s beside do_heater_setpoint's float32 at 0: %s", at[1], at[0], diags)
+		}
+	}
+}
 
 // runEdits parses each edited manifest and checks its one expected finding.
 func runEdits(t *testing.T, edits []edit) {

@@ -438,6 +438,7 @@ func (v *validator) capabilities() {
 			}
 		}
 	}
+	v.writeOverlaps()
 	v.density()
 }
 
