@@ -133,16 +133,26 @@ func (e *Engine) restoreLimits() error {
 	return nil
 }
 
-// restoreLate restores the settle windows of in-doubt writes that have not
-// ended yet, so a restart does not free their registers early.
-func (e *Engine) restoreLate() error {
+// inDoubt lists the store's in-doubt writes by key; a store that cannot list
+// keys (the in-memory one) has none that outlived a restart.
+func (e *Engine) inDoubt() (map[string]Record, error) {
 	lister, ok := e.idem.(InDoubtLister)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	recs, err := lister.InDoubt()
 	if err != nil {
-		return fmt.Errorf("list in-doubt writes: %w", err)
+		return nil, fmt.Errorf("list in-doubt writes: %w", err)
+	}
+	return recs, nil
+}
+
+// restoreLate restores the settle windows of in-doubt writes that have not
+// ended yet, so a restart does not free their registers early.
+func (e *Engine) restoreLate() error {
+	recs, err := e.inDoubt()
+	if err != nil {
+		return err
 	}
 	now := e.now()
 	for key, rec := range recs {
@@ -300,13 +310,9 @@ func (e *Engine) auditRefusedOp(caller Caller, tool string, args map[string]any,
 // otherwise overwrite the evidence. Stores that cannot list keys (the
 // in-memory one) have nothing to settle after a restart.
 func (e *Engine) SettleInDoubt(ctx context.Context) error {
-	lister, ok := e.idem.(InDoubtLister)
-	if !ok {
-		return nil
-	}
-	recs, err := lister.InDoubt()
+	recs, err := e.inDoubt()
 	if err != nil {
-		return fmt.Errorf("list in-doubt writes: %w", err)
+		return err
 	}
 	keys := slices.SortedFunc(maps.Keys(recs), func(a, b string) int { return cmp.Compare(recs[a].Seq, recs[b].Seq) })
 	var errs []error
