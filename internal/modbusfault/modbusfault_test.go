@@ -70,22 +70,30 @@ func TestMalformedRequests(t *testing.T) {
 	}
 }
 
+// writeRegister1 connects to s and sends FC6 to holding register 1, value 5,
+// unit 1, transaction 7; the caller closes the connection.
+func writeRegister1(t *testing.T, s *TCP) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte{0, 7, 0, 0, 0, 6, 1, 6, 0, 1, 0, 5}); err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	return c
+}
+
 // TestTCPRST checks the RST is real: the client's read fails with a reset,
 // not an orderly EOF.
 func TestTCPRST(t *testing.T) {
 	s := StartTCP(t)
 	s.Inject(Fault{Mode: ApplyRST})
-	c, err := net.Dial("tcp", s.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := writeRegister1(t, s)
 	defer c.Close()
-	// FC6 to holding register 1, value 5, unit 1, transaction 7.
-	if _, err := c.Write([]byte{0, 7, 0, 0, 0, 6, 1, 6, 0, 1, 0, 5}); err != nil {
-		t.Fatal(err)
-	}
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	_, err = c.Read(make([]byte, 12))
+	_, err := c.Read(make([]byte, 12))
 	if err == nil || err == io.EOF {
 		t.Fatalf("read after the fault = %v, want connection reset", err)
 	}
@@ -102,15 +110,8 @@ func TestHoldAndAwaitHandled(t *testing.T) {
 	hold := make(chan struct{})
 	s.Inject(Fault{Mode: Delay, Match: At(6, 1), Times: 1, Hold: hold})
 	s.Inject(Fault{Mode: Hang, Match: At(6, 2), Times: 1})
-	c, err := net.Dial("tcp", s.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := writeRegister1(t, s)
 	defer c.Close()
-	// FC6 to holding register 1, value 5, unit 1, transaction 7.
-	if _, err := c.Write([]byte{0, 7, 0, 0, 0, 6, 1, 6, 0, 1, 0, 5}); err != nil {
-		t.Fatal(err)
-	}
 	short, cancelShort := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancelShort()
 	if err := s.AwaitHandled(short, 6, 1); err == nil {
@@ -145,14 +146,7 @@ func TestLateApply(t *testing.T) {
 	s.Set(HoldingRegisters, 1, 3)
 	hold := make(chan struct{})
 	s.Inject(Fault{Mode: LateApply, Match: At(6, 1), Times: 1, Hold: hold})
-	old, err := net.Dial("tcp", s.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// FC6 to holding register 1, value 5, unit 1, transaction 7.
-	if _, err := old.Write([]byte{0, 7, 0, 0, 0, 6, 1, 6, 0, 1, 0, 5}); err != nil {
-		t.Fatal(err)
-	}
+	old := writeRegister1(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := s.AwaitRequests(ctx, 6, 1); err != nil { // the device holds it
