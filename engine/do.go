@@ -75,7 +75,11 @@ func (e *Engine) do(ctx context.Context, caller Caller, pt *point, req promcp.Do
 	}
 
 	fp := fingerprint(tool, value)
-	release, _ := e.claim(key)
+	release, err := e.claim(ctx, key)
+	if err != nil {
+		outcome = OutcomeInDoubt
+		return e.stillRunning(pt, key, err)
+	}
 	defer release()
 	var doubt *Record // this key's earlier write, sent with no known outcome
 	if rec, ok := e.idem.Load(key); ok {
@@ -274,6 +278,29 @@ func (e *Engine) stillLate(pt *point, key string, rec Record, why error) promcp.
 		"Retry with the same idempotency_key after %s: the retry checks the device and never writes twice",
 		rec.Response.AppliedValue, promcp.Time(rec.SentAt), promcp.Time(rec.LateUntil), why, promcp.Time(rec.LateUntil))
 	e.log.Info("do in-doubt key retried inside its settle window", "tool", pt.tool, "key", key, "late_until", rec.LateUntil, "why", why)
+	return resp
+}
+
+// stillRunning answers a call that gave up waiting (busy) for another call
+// with its key: that call's outcome is not known yet, so this one is
+// answered as in doubt, writes nothing, and says when a retry can expect
+// that outcome: once the key's write, when one is under way, has had its
+// timeout and settle window, else once a write would have had its timeout.
+func (e *Engine) stillRunning(pt *point, key string, busy error) promcp.DoResponse {
+	resp := e.response(pt, key)
+	resp.Permission = promcp.SourceUnreachable
+	retry, sent := e.now().Add(pt.c.Timeout()), ""
+	if rec, ok := e.idem.Load(key); ok && rec.InDoubt {
+		resp.PreviousValue = rec.Response.PreviousValue
+		if rec.LateUntil.After(retry) {
+			retry = rec.LateUntil
+		}
+		sent = fmt.Sprintf("; this key's write of %v left at %s and has no known outcome yet", rec.Response.AppliedValue, promcp.Time(rec.SentAt))
+	}
+	resp.Reason = fmt.Sprintf("%v, and this call could not wait for its outcome%s. Nothing was written by this call. "+
+		"Retry with the same idempotency_key after %s: the retry returns that call's outcome (or settles it) and never writes twice",
+		busy, sent, promcp.Time(retry))
+	e.log.Info("do key busy: the caller could not wait for the call with its key", "tool", pt.tool, "key", key, "why", busy)
 	return resp
 }
 

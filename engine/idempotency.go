@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/physmcp/physmcpd/manifest"
@@ -79,16 +81,32 @@ func fingerprint(tool string, value any) string {
 
 // keyedCall lets concurrent calls with one key wait for the first instead of
 // acting twice.
-type keyedCall struct{ done chan struct{} }
+type keyedCall struct {
+	done  chan struct{}
+	began time.Time // when the call claimed the key (the engine's clock)
+}
+
+// keyBusy says a call gave up waiting for another call with its key: its
+// context ended (err) while that call, begun at began, was still running.
+type keyBusy struct {
+	began time.Time
+	err   error
+}
+
+func (b *keyBusy) Error() string {
+	return fmt.Sprintf("a call with this key has been running since %s (%v)", promcp.Time(b.began), b.err)
+}
 
 // claim makes the caller the only one working on key; it returns a release
-// function, or waits for the call already working on it.
-func (e *Engine) claim(key string) (release func(), waited bool) {
+// function, or waits for the call already working on it, at most until ctx
+// ends: a caller's deadline bounds its wait for another call as it bounds its
+// own transactions.
+func (e *Engine) claim(ctx context.Context, key string) (release func(), err error) {
 	for {
 		e.inflight.Lock()
 		c, busy := e.running[key]
 		if !busy {
-			c = &keyedCall{done: make(chan struct{})}
+			c = &keyedCall{done: make(chan struct{}), began: e.now()}
 			e.running[key] = c
 			e.inflight.Unlock()
 			return func() {
@@ -96,10 +114,13 @@ func (e *Engine) claim(key string) (release func(), waited bool) {
 				delete(e.running, key)
 				e.inflight.Unlock()
 				close(c.done)
-			}, waited
+			}, nil
 		}
 		e.inflight.Unlock()
-		<-c.done
-		waited = true
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return nil, &keyBusy{began: c.began, err: ctx.Err()}
+		}
 	}
 }

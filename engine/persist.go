@@ -323,7 +323,11 @@ func (e *Engine) SettleInDoubt(ctx context.Context) error {
 			e.log.Warn("in-doubt write for a tool the manifest no longer has; left as is", "tool", rec.Tool, "key", key)
 			continue
 		}
-		release, _ := e.claim(key)
+		release, err := e.claim(ctx, key)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s key %s: left in doubt: %w", pt.tool, key, err))
+			continue
+		}
 		// a call with this key may have settled it while we waited for the claim
 		if rec, ok = e.idem.Load(key); ok && rec.InDoubt {
 			errs = append(errs, e.settleAtStart(ctx, pt, key, rec))
