@@ -2,48 +2,100 @@ package manifest
 
 import "fmt"
 
-// writeOverlaps refuses two do capabilities whose Modbus registers (or
-// coils) overlap without starting at the same address. physmcpd orders
-// writes, settles in-doubt writes and keeps late-write windows per register
-// a binding starts at; a write to one of two overlapping bindings would
-// change the other's value outside all of that (a retry could undo the
-// other's later write). Bindings that start at the same address share all of
-// it, and are allowed.
-func (v *validator) writeOverlaps() {
-	type span struct {
-		c      *Capability
-		path   string
-		lo, hi int // registers lo..hi-1
-	}
-	var spans []span
-	for i, c := range v.m.Capabilities {
-		mb := c.Binding.Modbus
-		if c.Kind != KindDo || mb == nil || !mb.Table.Writable() {
-			continue
-		}
-		n := mb.DataType.Registers(mb.Length)
-		if n < 1 {
-			continue // an invalid type, reported by binding
-		}
-		s := span{c: c, path: fmt.Sprintf("capabilities[%d]", i), lo: int(mb.Address), hi: int(mb.Address) + n}
-		for _, o := range spans {
-			ob := o.c.Binding.Modbus
-			if o.c.Binding.Bus != c.Binding.Bus || ob.Unit != mb.Unit || ob.Table != mb.Table || o.lo == s.lo || s.hi <= o.lo || o.hi <= s.lo {
-				continue
-			}
-			v.errorf(c.Binding.At.Self, s.path+".binding",
-				"%s writes %s %s of unit %d on bus %s, overlapping %s (line %d), which writes %s %s: two do capabilities must bind the same start address or registers that do not overlap; "+
-					"writes take turns, and in-doubt writes are settled, per start address, so a write to one could undo or race the other",
-				c.ToolName(), mb.Table, registerRange(s.lo, s.hi), mb.Unit, c.Binding.Bus, o.c.ToolName(), o.c.At.Self.Line, mb.Table, registerRange(o.lo, o.hi))
-			break
-		}
-		spans = append(spans, s)
-	}
+// Space is one address space of a bus: a Modbus unit's table, or the
+// register file of one I2C device (Table empty, Unit its address).
+type Space struct {
+	Bus   string
+	Table ModbusTable
+	Unit  int
 }
 
-func registerRange(lo, hi int) string {
-	if hi-lo == 1 {
-		return fmt.Sprintf("address %d", lo)
+// Span is what a binding reads or writes in its Space: registers (or coils,
+// discrete inputs) lo..hi-1 of a Modbus table, or bytes lo..hi-1 of an I2C
+// device, taken as a register-addressed device with an auto-incrementing
+// pointer, as the simulator models it: a 2-byte register at 0x10 covers
+// 0x10 and 0x11.
+type Span struct {
+	Space
+	Lo, Hi int
+}
+
+// Span is the stretch of registers or bytes b covers; false for a binding
+// that has none (GPIO, virtual, or one not resolved).
+func (b *Binding) Span() (Span, bool) {
+	switch {
+	case b.Modbus != nil:
+		mb := b.Modbus
+		n := mb.DataType.Registers(mb.Length)
+		if n < 1 {
+			return Span{}, false // an invalid type, reported by binding
+		}
+		return Span{Space{b.Bus, mb.Table, int(mb.Unit)}, int(mb.Address), int(mb.Address) + n}, true
+	case b.I2C != nil:
+		ib := b.I2C
+		return Span{Space{Bus: b.Bus, Unit: int(ib.Address)}, int(ib.Register), int(ib.Register) + max(ib.Width, 1)}, true
 	}
-	return fmt.Sprintf("addresses %d-%d", lo, hi-1)
+	return Span{}, false
+}
+
+// Overlaps reports whether s and o share a register or byte.
+func (s Span) Overlaps(o Span) bool { return s.Space == o.Space && s.Lo < o.Hi && o.Lo < s.Hi }
+
+// Range names the registers or bytes alone ("holding addresses 0-1",
+// "registers 0x10-0x11").
+func (s Span) Range() string {
+	if s.Table == "" {
+		if s.Hi-s.Lo == 1 {
+			return fmt.Sprintf("register 0x%02x", s.Lo)
+		}
+		return fmt.Sprintf("registers 0x%02x-0x%02x", s.Lo, s.Hi-1)
+	}
+	if s.Hi-s.Lo == 1 {
+		return fmt.Sprintf("%s address %d", s.Table, s.Lo)
+	}
+	return fmt.Sprintf("%s addresses %d-%d", s.Table, s.Lo, s.Hi-1)
+}
+
+// String names the span with its device and bus.
+func (s Span) String() string {
+	if s.Table == "" {
+		return fmt.Sprintf("%s of I2C device 0x%02x on bus %s", s.Range(), s.Unit, s.Bus)
+	}
+	return fmt.Sprintf("%s of unit %d on bus %s", s.Range(), s.Unit, s.Bus)
+}
+
+// writeOverlaps refuses two do capabilities whose Modbus registers (or
+// coils), or I2C register bytes, overlap without starting at the same
+// address. physmcpd orders writes, settles in-doubt writes and keeps
+// late-write windows per register a binding starts at; a write to one of two
+// overlapping bindings would change the other's value outside all of that (a
+// retry could undo the other's later write). Bindings that start at the same
+// address share all of it, and are allowed. (Two do capabilities on one GPIO
+// line are refused in capabilities: a line is requested once.)
+func (v *validator) writeOverlaps() {
+	type site struct {
+		c *Capability
+		s Span
+	}
+	var sites []site
+	for i, c := range v.m.Capabilities {
+		if c.Kind != KindDo {
+			continue
+		}
+		s, ok := c.Binding.Span()
+		if !ok {
+			continue
+		}
+		for _, o := range sites {
+			if o.s.Lo == s.Lo || !o.s.Overlaps(s) {
+				continue
+			}
+			v.errorf(c.Binding.At.Self, fmt.Sprintf("capabilities[%d].binding", i),
+				"%s writes %s, overlapping %s (line %d), which writes %s: two do capabilities must bind the same start address or registers that do not overlap; "+
+					"writes take turns, and in-doubt writes are settled, per start address, so a write to one could undo or race the other",
+				c.ToolName(), s, o.c.ToolName(), o.c.At.Self.Line, o.s.Range())
+			break
+		}
+		sites = append(sites, site{c, s})
+	}
 }
