@@ -24,11 +24,14 @@ type catalog struct {
 	tools  []Tool
 	served map[string]bool   // the tools' names
 	points map[string]*point // by tool name
-	// byLocation groups points that address the same register or line, so a
-	// write invalidates the cached reads that would otherwise hide it.
+	// byLocation groups points that address the same register or line.
 	byLocation map[string][]*point
-	buses      map[string]drivers.Bus
-	busCounts  map[string]*busCounters // by bus name
+	// changes lists, by the location of a do point, the points whose cached
+	// readings a write there may change, so a write invalidates the reads
+	// that would otherwise hide it (seal).
+	changes   map[string][]*point
+	buses     map[string]drivers.Bus
+	busCounts map[string]*busCounters // by bus name
 	// unserved are m.NotServed, as can_do matches them (notserved.go).
 	unserved []unserved
 
@@ -41,8 +44,10 @@ type catalog struct {
 
 func (e *Engine) catalog() *catalog { return e.cat.Load() }
 
-// setTools makes the tools of m cat's, and the capabilities it does not serve.
-func (cat *catalog) setTools() {
+// seal completes cat once its points are bound: its tools, the
+// capabilities it does not serve, and what each write changes.
+func (cat *catalog) seal() {
+	cat.linkWrites()
 	cat.tools = toolList(cat.m)
 	cat.unserved = unservedOf(cat.m)
 	cat.served = make(map[string]bool, len(cat.tools))
@@ -126,7 +131,7 @@ func (e *Engine) Adopt(src *manifest.Bus, b drivers.Bus, caps []*manifest.Capabi
 			pt.site.note(pt.tool, Write{At: h.Last, Value: h.LastValue, Seq: h.Seq, Key: h.Key})
 		}
 	}
-	next.setTools()
+	next.seal()
 	// The new bus starts with a closed breaker: a device that came back,
 	// or moved, is tried at once.
 	e.faults.devices.Delete(src.Name)
@@ -159,7 +164,7 @@ func (e *Engine) Unadopt(bus string) error {
 	delete(next.m.Buses, bus)
 	delete(next.buses, bus)
 	delete(next.busCounts, bus)
-	next.setTools()
+	next.seal()
 	e.faults.devices.Delete(bus)
 	e.cat.Store(next)
 	e.retire(retired, "its device is no longer adopted")
@@ -232,4 +237,39 @@ func (c *catalog) without(bus string) (*catalog, []*point) {
 		next.byLocation[pt.location] = append(next.byLocation[pt.location], pt)
 	}
 	return next, retired
+}
+
+// linkWrites fills cat.changes: for each do point's location, the points at
+// that register or line, and those whose registers or bytes overlap the do
+// point's from another start address (a uint32 read at holding 0 and a
+// uint16 do at 1, a 2-byte I2C read at 0x10 and a 1-byte do at 0x11:
+// manifest.Span). Two do points at one location add both their spans. It
+// runs once per catalog, so a write only walks its list.
+func (cat *catalog) linkWrites() {
+	spans := map[*point]manifest.Span{}
+	bySpace := map[manifest.Space][]*point{}
+	for _, pt := range cat.points {
+		if s, ok := pt.c.Binding.Span(); ok {
+			spans[pt] = s
+			bySpace[s.Space] = append(bySpace[s.Space], pt)
+		}
+	}
+	cat.changes = map[string][]*point{}
+	for _, pt := range cat.points {
+		if pt.c.Kind != manifest.KindDo {
+			continue
+		}
+		changed, ok := cat.changes[pt.location]
+		if !ok {
+			changed = slices.Clone(cat.byLocation[pt.location])
+		}
+		if s, spanned := spans[pt]; spanned {
+			for _, other := range bySpace[s.Space] {
+				if s.Overlaps(spans[other]) && !slices.Contains(changed, other) {
+					changed = append(changed, other)
+				}
+			}
+		}
+		cat.changes[pt.location] = changed
+	}
 }

@@ -184,7 +184,7 @@ func New(m *manifest.Manifest, p *policy.Policy, buses map[string]drivers.Bus, o
 			return nil, err
 		}
 	}
-	cat.setTools()
+	cat.seal()
 	e.cat.Store(cat)
 	if err := e.restoreLimits(); err != nil {
 		return nil, err

@@ -231,9 +231,11 @@ func (e *Engine) cachedWithin(pt *point, ttl time.Duration) *reading {
 	return pt.last
 }
 
-// invalidate drops cached readings of every point at the same location.
+// invalidate drops the cached readings that a write to pt may have
+// changed: of every point at its register or line, or overlapping its
+// registers or bytes (catalog.changes).
 func (e *Engine) invalidate(pt *point) {
-	for _, other := range e.catalog().byLocation[pt.location] {
+	for _, other := range e.catalog().changes[pt.location] {
 		other.mu.Lock()
 		other.last = nil
 		other.gen++

@@ -12,8 +12,8 @@ type Space struct {
 
 // Span is what a binding reads or writes in its Space: registers (or coils,
 // discrete inputs) lo..hi-1 of a Modbus table, or bytes lo..hi-1 of an I2C
-// device, taken as a register-addressed device with an auto-incrementing
-// pointer, as the simulator models it: a 2-byte register at 0x10 covers
+// device, read and written from the register up as a device with an
+// auto-incrementing register pointer does: a 2-byte register at 0x10 covers
 // 0x10 and 0x11.
 type Span struct {
 	Space

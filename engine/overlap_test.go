@@ -1,0 +1,168 @@
+package engine_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/physmcp/physmcpd/drivers"
+	"github.com/physmcp/physmcpd/engine"
+	"github.com/physmcp/physmcpd/promcp"
+)
+
+// overlapManifest has reads whose registers or bytes partly overlap a do_
+// bound at another start address, and reads beside them that do not.
+const overlapManifest = `physmcp_version: "0.1"
+device: {id: overlap_rig, type: test_rig}
+buses:
+  mb: {type: modbus-tcp, address: 127.0.0.1:1502, simulated: true, simulation: {seed: 1}}
+  i2c: {type: i2c, device: "1", simulated: true}
+capabilities:
+  - name: counter
+    kind: read
+    description: Both words of the counter, holding 0-1.
+    binding: {bus: mb, unit: 1, table: holding, address: 0, data_type: uint32, byte_order: big, word_order: big}
+    data_type: int
+    semantic_tags: [counter]
+    cache_ttl_ms: 60000
+  - name: counter_low
+    kind: do
+    description: Set the counter's low word, holding 1.
+    binding: {bus: mb, unit: 1, table: holding, address: 1, data_type: uint16}
+    data_type: int
+    range: {min: 0, max: 1000}
+    semantic_tags: [counter]
+    side_effects: ["the counter changes"]
+    safe_value: 0
+  - name: mode
+    kind: read
+    description: Mode word beside the counter, holding 2.
+    binding: {bus: mb, unit: 1, table: holding, address: 2, data_type: uint16}
+    data_type: int
+    semantic_tags: [mode]
+    cache_ttl_ms: 60000
+    simulation: {initial: 7}
+  - name: counter_input
+    kind: read
+    description: Input registers 0-1 of the same unit, another table than the holding register written.
+    binding: {bus: mb, unit: 1, table: input, address: 0, data_type: uint32, byte_order: big, word_order: big}
+    data_type: int
+    semantic_tags: [counter]
+    cache_ttl_ms: 60000
+    simulation: {initial: 9}
+  - name: other_unit
+    kind: read
+    description: Holding 0-1 of another unit.
+    binding: {bus: mb, unit: 2, table: holding, address: 0, data_type: uint32, byte_order: big, word_order: big}
+    data_type: int
+    semantic_tags: [counter]
+    cache_ttl_ms: 60000
+    simulation: {initial: 11}
+  - name: dac_word
+    kind: read
+    description: The DAC's 2-byte register 0x10-0x11.
+    binding: {bus: i2c, address: "0x60:reg=0x10:width=2:byte_order=big"}
+    data_type: int
+    semantic_tags: [dac]
+    cache_ttl_ms: 60000
+  - name: dac_trim
+    kind: do
+    description: Set the DAC's trim byte, register 0x11.
+    binding: {bus: i2c, address: "0x60:reg=0x11"}
+    data_type: int
+    range: {min: 0, max: 255}
+    semantic_tags: [dac]
+    side_effects: ["the DAC output changes"]
+    safe_value: 0
+  - name: dac_gain
+    kind: read
+    description: The DAC's gain byte beside it, register 0x12.
+    binding: {bus: i2c, address: "0x60:reg=0x12"}
+    data_type: int
+    semantic_tags: [dac]
+    cache_ttl_ms: 60000
+    simulation: {initial: 3}
+  - name: other_device
+    kind: read
+    description: Register 0x10-0x11 of another device.
+    binding: {bus: i2c, address: "0x61:reg=0x10:width=2:byte_order=big"}
+    data_type: int
+    semantic_tags: [dac]
+    cache_ttl_ms: 60000
+    simulation: {initial: 5}
+`
+
+func overlapRig(t *testing.T) *rig {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "overlap.manifest.yml")
+	if err := os.WriteFile(path, []byte(overlapManifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return newRigFiles(t, path, "")
+}
+
+// readsFrom reads tool and checks its value and how many transactions it
+// took on the bus (0: served from the cache).
+func (r *rig) readsFrom(t *testing.T, bus simBus, tool string, want any, frames int64) {
+	t.Helper()
+	before := bus.Transactions()
+	got := r.read(t, tool)
+	if got.Value != want || got.Quality != promcp.QualityGood {
+		t.Errorf("%s = %v (%s), want %v good", tool, got.Value, got.Quality, want)
+	}
+	if n := bus.Transactions() - before; n != frames {
+		t.Errorf("%s took %d bus transactions, want %d", tool, n, frames)
+	}
+}
+
+// A write changes every read whose registers or bytes it overlaps, whatever
+// register each starts at: those reads are read again, not served from the
+// cache until their TTL (a minute here) with the old value as good. Reads
+// beside the write, in another table, unit or device, stay cached.
+func TestWriteInvalidatesOverlappingReads(t *testing.T) {
+	r := overlapRig(t)
+	mb, i2c := r.bus(t, "mb"), r.bus(t, "i2c")
+	reads := []struct {
+		bus   simBus
+		tool  string
+		value int64
+	}{
+		{mb, "read_counter", 0}, {mb, "read_mode", 7}, {mb, "read_counter_input", 9}, {mb, "read_other_unit", 11},
+		{i2c, "read_dac_word", 0}, {i2c, "read_dac_gain", 3}, {i2c, "read_other_device", 5},
+	}
+	for _, rd := range reads {
+		r.readsFrom(t, rd.bus, rd.tool, rd.value, 1)
+		r.readsFrom(t, rd.bus, rd.tool, rd.value, 0)
+	}
+
+	if resp := r.do(t, operator, "do_counter_low", 500, "low"); resp.Status != promcp.StatusSuccess {
+		t.Fatalf("do_counter_low: %+v", resp)
+	}
+	r.readsFrom(t, mb, "read_counter", int64(500), 1)
+	if resp := r.do(t, operator, "do_dac_trim", 0x42, "trim"); resp.Status != promcp.StatusSuccess {
+		t.Fatalf("do_dac_trim: %+v", resp)
+	}
+	r.readsFrom(t, i2c, "read_dac_word", int64(0x42), 1)
+	for _, rd := range reads {
+		if rd.tool != "read_counter" && rd.tool != "read_dac_word" {
+			r.readsFrom(t, rd.bus, rd.tool, rd.value, 0)
+		}
+	}
+}
+
+// A write whose outcome is lost may have changed the device: it drops the
+// overlapping reads' cache as an applied write does.
+func TestInDoubtWriteInvalidatesOverlappingReads(t *testing.T) {
+	r := overlapRig(t)
+	mb := r.bus(t, "mb")
+	wire := &lossyWire{ModbusBus: r.buses["mb"].(drivers.ModbusBus)}
+	r.e = wire.engine(t, r, engine.Options{})
+	r.readsFrom(t, mb, "read_counter", int64(0), 1)
+	r.readsFrom(t, mb, "read_mode", int64(7), 1)
+	wire.lose.Store(1)
+	if resp := r.do(t, operator, "do_counter_low", 300, "lost"); resp.Permission != promcp.SourceUnreachable || wire.applied.Load() != 1 {
+		t.Fatalf("do_counter_low with its reply lost: %+v (%d applied)", resp, wire.applied.Load())
+	}
+	r.readsFrom(t, mb, "read_counter", int64(300), 1)
+	r.readsFrom(t, mb, "read_mode", int64(7), 0)
+}
