@@ -63,8 +63,9 @@ const (
 
 // device is one device's breaker and queue.
 type device struct {
-	name  string
-	slots chan struct{}
+	name      string
+	slots     chan struct{}
+	questions questions // can_do's questions out to it (verdict.go)
 
 	mu        sync.Mutex
 	state     breakerState

@@ -463,57 +463,44 @@ func (e *Engine) probe(ctx context.Context, pt *point) error {
 // assess asks a device that judges actions itself (an adopted source):
 // after this device's own checks, the source's checks apply too, so a
 // candidate is allowed only when both would let the call through. The
-// question goes on detached past can_do's deadline, as probe's read does:
-// an answer that comes late is kept and stands for the next can_do that
-// gets none in time (LateAnswerTTL).
+// question goes on detached past can_do's deadline, as probe's read does,
+// and a can_do that asks the same meanwhile waits for it (ask): an answer
+// that comes late is kept and stands for the next can_do that gets none in
+// time (LateAnswerTTL).
 func (e *Engine) assess(ctx context.Context, pt *point, a drivers.Assessor, value any) decision {
 	deadline := assessDeadline(ctx)
 	wait := time.Until(deadline)
-	type answer struct {
-		perm, reason string
-		reached      bool // the question left for the source
-		err          error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LateAnswerTTL)
-		defer cancel()
-		var ans answer
-		ans.err = e.transact(actx, pt, opRead, func(ctx context.Context) (err error) {
-			ans.reached = true
-			ans.perm, ans.reason, err = a.Assess(ctx, value)
-			return err
-		})
-		if ans.err == nil {
-			pt.keepVerdict(verdict{value: value, perm: ans.perm, reason: ans.reason, at: e.now(), late: !time.Now().Before(deadline)})
-		}
-		done <- ans
-	}()
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	select {
-	case ans := <-done:
-		if ans.reached && pt.adopted != nil {
-			if ans.err == nil {
-				noteAsked(ctx, pt.adopted.SourceAddress, askAnswered)
-			} else {
-				noteAsked(ctx, pt.adopted.SourceAddress, askFailed)
+	var none string // why no answer stands now
+	if q := e.ask(ctx, pt, a, value, deadline); q == nil {
+		none = fmt.Sprintf("%d questions to it are unanswered, none asked now", MaxQuestions)
+	} else {
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		select {
+		case <-q.done:
+			ans := q.ans
+			if ans.reached && pt.adopted != nil {
+				if ans.err == nil {
+					noteAsked(ctx, pt.adopted.SourceAddress, askAnswered)
+				} else {
+					noteAsked(ctx, pt.adopted.SourceAddress, askFailed)
+				}
 			}
+			if ans.err != nil {
+				return deny(promcp.SourceUnreachable, "the device does not answer: %v", ans.err)
+			}
+			return judged(ans.perm, ans.reason, "")
+		case <-timer.C:
+			if pt.adopted != nil {
+				noteAsked(ctx, pt.adopted.SourceAddress, askLate)
+			}
+			none = fmt.Sprintf("no answer within can_do's %v", wait.Round(time.Millisecond))
 		}
-		if ans.err != nil {
-			return deny(promcp.SourceUnreachable, "the device does not answer: %v", ans.err)
-		}
-		return judged(ans.perm, ans.reason, "")
-	case <-timer.C:
-		if pt.adopted != nil {
-			noteAsked(ctx, pt.adopted.SourceAddress, askLate)
-		}
-		if v, ok := pt.lateVerdict(value, e.now()); ok {
-			return judged(v.perm, v.reason, fmt.Sprintf(" (its answer of %v ago: none within can_do's %v now)",
-				e.now().Sub(v.at).Round(time.Millisecond), wait.Round(time.Millisecond)))
-		}
-		return deny(promcp.SourceUnreachable, "the device does not answer: no answer within can_do's %v: %v", wait.Round(time.Millisecond), drivers.ErrTimeout)
 	}
+	if v, ok := pt.lateVerdict(value, e.now()); ok {
+		return judged(v.perm, v.reason, fmt.Sprintf(" (its answer of %v ago: %s now)", e.now().Sub(v.at).Round(time.Millisecond), none))
+	}
+	return deny(promcp.SourceUnreachable, "the device does not answer: %s: %v", none, drivers.ErrTimeout)
 }
 
 // judged is the decision a source's answer to can_do makes; late says when
