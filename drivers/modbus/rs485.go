@@ -29,9 +29,10 @@ type direction struct {
 	path     string
 	cfg      *manifest.RS485
 	mode     manifest.RS485Direction
-	charTime time.Duration // one character on the wire
-	before   time.Duration // after switching to transmit, before the first byte
-	after    time.Duration // after the last stop bit, before switching back
+	charTime time.Duration       // one character on the wire
+	before   time.Duration       // after switching to transmit, before the first byte
+	after    time.Duration       // after the last stop bit, before switching back
+	wait     func(time.Duration) // sleep; a test records the waits between the switch and the port
 
 	sw  switcher // rts and gpio: RTS on ctl, or the direction line
 	ctl *portCtl // rts and gpio: a second descriptor of the open port
@@ -41,7 +42,7 @@ type direction struct {
 // driver-enable in the rts and gpio modes: the direction line for gpio, nil
 // for rts (the port's RTS), or a test's recorder.
 func newDirection(path string, r *manifest.RS485, m *serial.Mode, sw switcher) (*direction, error) {
-	d := &direction{path: path, cfg: r, mode: r.Mode(), charTime: charTime(m), sw: sw}
+	d := &direction{path: path, cfg: r, mode: r.Mode(), charTime: charTime(m), wait: sleep, sw: sw}
 	if r != nil {
 		if r.DelayRTSBeforeSendUs < 0 || r.DelayRTSAfterSendUs < 0 {
 			return nil, errors.New("rs485: delays must not be negative")
@@ -117,7 +118,7 @@ func (d *direction) transmit() error {
 	if err := d.sw.set(true); err != nil {
 		return fmt.Errorf("rs485: switching to transmit: %w", err)
 	}
-	sleep(d.before)
+	d.wait(d.before)
 	return nil
 }
 
@@ -128,8 +129,8 @@ func (d *direction) receive() error {
 	if d.ctl == nil {
 		return nil
 	}
-	werr := d.ctl.waitSent(d.charTime)
-	sleep(d.after)
+	werr := d.ctl.waitSent(d.charTime, d.wait)
+	d.wait(d.after)
 	if err := d.sw.set(false); err != nil {
 		return fmt.Errorf("rs485: switching back to receive: %w", errors.Join(werr, err))
 	}

@@ -68,7 +68,8 @@ func (c *portCtl) setRTS(on bool) error {
 // the driver reports the line status, its transmitter-empty bit confirms the
 // shift register is empty, polled for at most two characters. Drivers without
 // it (USB adapters, ptys) get one character time for the last character.
-func (c *portCtl) waitSent(charTime time.Duration) error {
+// sleep is the direction's wait.
+func (c *portCtl) waitSent(charTime time.Duration, sleep func(time.Duration)) error {
 	if err := ioctlInt(c.fd, unix.TCSBRK, 1); err != nil {
 		return fmt.Errorf("tcdrain: %w", err)
 	}

@@ -17,7 +17,7 @@ func setRS485(string, *manifest.RS485) error { return errRS485Linux }
 
 type portCtl struct{}
 
-func openCtl(string) (*portCtl, error)        { return nil, errRS485Linux }
-func (*portCtl) close()                       {}
-func (*portCtl) setRTS(bool) error            { return errRS485Linux }
-func (*portCtl) waitSent(time.Duration) error { return errRS485Linux }
+func openCtl(string) (*portCtl, error)                             { return nil, errRS485Linux }
+func (*portCtl) close()                                            {}
+func (*portCtl) setRTS(bool) error                                 { return errRS485Linux }
+func (*portCtl) waitSent(time.Duration, func(time.Duration)) error { return errRS485Linux }
