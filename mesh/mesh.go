@@ -103,6 +103,9 @@ type Mesh struct {
 	det     detector
 	subs    map[chan Event]struct{}
 	refused map[string]bool // node ids refused by max_peers, logged once
+	// refusals counts the announcements max_peers refused: a refused node
+	// is refused again at each announcement gossip brings.
+	refusals int
 
 	wake    chan struct{} // scout now
 	poke    chan struct{} // read the member states now
@@ -297,7 +300,12 @@ type Status struct {
 	// PartitionState repeats Partition.State under PhysMCP's name.
 	PartitionState string `json:"partition_state"`
 	MaxPeers       int    `json:"max_peers"`
-	Timing         struct {
+	// MaxPeersRefused counts the announcements of new nodes refused since
+	// start because max_peers peers were alive (a node is logged once, and
+	// refused at each announcement): rising means max_peers is too low, or
+	// nodes that should not be there keep trying.
+	MaxPeersRefused int `json:"max_peers_refused"`
+	Timing          struct {
 		HeartbeatMs     int64 `json:"heartbeat_interval_ms"`
 		ProbeTimeoutMs  int64 `json:"probe_timeout_ms"`
 		SuspectWithinMs int64 `json:"suspect_within_ms"`
@@ -319,6 +327,9 @@ func (m *Mesh) Status() Status {
 	s := Status{Enabled: true, Self: m.Self(), SizeEstimate: m.SizeEstimate(), MaxPeers: m.cfg.MaxPeers,
 		MDNS: m.mdnsS, Encrypted: len(m.cfg.Keys) > 0, Health: m.ml.GetHealthScore()}
 	s.Slowdown = s.Health + 1
+	m.mu.Lock()
+	s.MaxPeersRefused = m.refusals
+	m.mu.Unlock()
 	for _, p := range m.Peers() {
 		switch p.State {
 		case Alive:
@@ -525,6 +536,7 @@ func (d *delegates) NotifyAlive(n *memberlist.Node) error {
 		}
 	}
 	if alive >= m.cfg.MaxPeers {
+		m.refusals++
 		if !m.refused[n.Name] {
 			m.refused[n.Name] = true
 			m.log.Warn("mesh: peer refused: max_peers reached", "node", n.Name, "max_peers", m.cfg.MaxPeers)

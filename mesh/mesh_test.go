@@ -1,13 +1,16 @@
 package mesh
 
 import (
+	"context"
 	"crypto/rand"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -29,13 +32,22 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-func startNode(t testing.TB, name, zone string, keys [][]byte, hb time.Duration, seeds ...string) *Mesh {
-	t.Helper()
-	m, err := Start(Config{
+func nodeConfig(t testing.TB, name, zone string, keys [][]byte, hb time.Duration, seeds ...string) Config {
+	return Config{
 		DeviceID: name, Zone: zone, Profile: "full", Endpoint: "http://127.0.0.1:1/mcp", CapsHash: "c0ffee",
 		Tags: Digest([]string{"temperature", "loc:" + zone}), BindAddr: "127.0.0.1", BindPort: 0,
 		SeedPeers: seeds, MaxPeers: 32, HeartbeatInterval: hb, Keys: keys, Logger: testLogger(t),
-	})
+	}
+}
+
+func startNode(t testing.TB, name, zone string, keys [][]byte, hb time.Duration, seeds ...string) *Mesh {
+	t.Helper()
+	return startConfig(t, nodeConfig(t, name, zone, keys, hb, seeds...))
+}
+
+func startConfig(t testing.TB, cfg Config) *Mesh {
+	t.Helper()
+	m, err := Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,18 +154,59 @@ func TestLeaveIsNotDeath(t *testing.T) {
 	waitFor(t, 5*time.Second, "b left", func() bool { p, _ := a.Peer("node_b"); return p.State == Left })
 }
 
+// logLines keeps every record logged through it (all levels) as
+// "message key=value ...", for a test to wait for what a node logged.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logLines) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logLines) WithGroup(string) slog.Handler            { return l }
+
+func (l *logLines) Handle(_ context.Context, r slog.Record) error {
+	line := r.Message
+	r.Attrs(func(a slog.Attr) bool { line += " " + a.String(); return true })
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, line)
+	return nil
+}
+
+// has reports whether one line contains every part.
+func (l *logLines) has(parts ...string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.ContainsFunc(l.lines, func(line string) bool {
+		return !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) })
+	})
+}
+
+// b, with another key, seeds a: a cannot open b's join and answers with an
+// error b cannot open either; once both have logged that, neither lists the other.
 func TestForeignKeyIsRefused(t *testing.T) {
 	const hb = 200 * time.Millisecond
-	a := startNode(t, "node_a", "z", testKey(t), hb)
-	b := startNode(t, "node_b", "z", testKey(t), hb, a.Self().Addr)
-	time.Sleep(5 * hb)
-	if a.Alive("") != 0 || b.Alive("") != 0 {
+	var aLog, bLog logLines
+	ca := nodeConfig(t, "node_a", "z", testKey(t), hb)
+	ca.Logger = slog.New(&aLog)
+	a := startConfig(t, ca)
+	cb := nodeConfig(t, "node_b", "z", testKey(t), hb, a.Self().Addr)
+	cb.Logger = slog.New(&bLog)
+	b := startConfig(t, cb)
+	waitFor(t, 30*time.Second, "a refuses b's join and b's join fails", func() bool {
+		return a.Alive("") != 0 || b.Alive("") != 0 ||
+			aLog.has("no installed keys could decrypt") && bLog.has("mesh: scouting", a.Self().Addr, "err=")
+	})
+	if a.Alive("") != 0 || b.Alive("") != 0 || len(a.Peers()) != 0 || len(b.Peers()) != 0 {
 		t.Fatalf("nodes with different keys joined: a sees %v, b sees %v", a.Peers(), b.Peers())
 	}
 }
 
 func TestMaxPeers(t *testing.T) {
-	const hb = 200 * time.Millisecond
+	// A heartbeat long enough that a loaded host does not declare b dead,
+	// which would rightly make room for c; gossip runs at hb/5 all the same.
+	const hb = time.Second
 	keys := testKey(t)
 	a, err := Start(Config{DeviceID: "node_a", BindAddr: "127.0.0.1", MaxPeers: 1, HeartbeatInterval: hb, Keys: keys, Logger: testLogger(t)})
 	if err != nil {
@@ -161,10 +214,15 @@ func TestMaxPeers(t *testing.T) {
 	}
 	defer a.Close()
 	startNode(t, "node_b", "z", keys, hb, a.Self().Addr)
-	waitFor(t, 5*time.Second, "b joins", func() bool { return a.Alive("") == 1 })
+	waitFor(t, 2*scoutFast, "b joins", func() bool { return a.Alive("") == 1 })
 	startNode(t, "node_c", "z", keys, hb, a.Self().Addr)
-	time.Sleep(5 * hb)
-	if _, ok := a.Peer("node_c"); ok || a.Alive("") != 1 {
+	// c's join is refused, and so is c's next announcement, which gossip
+	// (c's own, or b's: b admits c) brings later: the refusal holds.
+	waitFor(t, 30*time.Second, "a refuses c twice", func() bool {
+		_, admitted := a.Peer("node_c")
+		return admitted || a.Status().MaxPeersRefused >= 2
+	})
+	if _, ok := a.Peer("node_c"); ok || len(a.Peers()) != 1 {
 		t.Fatalf("max_peers 1 admitted a second peer: %v", a.Peers())
 	}
 }
