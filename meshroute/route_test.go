@@ -28,28 +28,51 @@ func peer(id, zone string, st mesh.State, tags ...string) mesh.Peer {
 }
 
 // fakeAsker answers each peer from answer, or hangs until the call's
-// context ends for the peers in hang; it records every hop it was given.
+// context ends for the peers in hang; it records every hop it was given,
+// when it was asked, and the deadline of each call's context (zero: none).
 type fakeAsker struct {
-	answer func(p mesh.Peer, hop Hop) promcp.CapabilityReport
-	hang   map[string]bool
-	mu     sync.Mutex
-	hops   map[string]Hop
-	calls  atomic.Int32
+	answer    func(p mesh.Peer, hop Hop) promcp.CapabilityReport
+	hang      map[string]bool
+	mu        sync.Mutex
+	hops      map[string]Hop
+	asked     map[string]time.Time
+	deadlines map[string]time.Time
+	calls     atomic.Int32
 }
 
 func (f *fakeAsker) Ask(ctx context.Context, p mesh.Peer, _ map[string]any, hop Hop) (promcp.CapabilityReport, error) {
 	f.calls.Add(1)
 	f.mu.Lock()
 	if f.hops == nil {
-		f.hops = map[string]Hop{}
+		f.hops, f.asked, f.deadlines = map[string]Hop{}, map[string]time.Time{}, map[string]time.Time{}
 	}
 	f.hops[p.NodeID] = hop
+	f.asked[p.NodeID] = time.Now()
+	f.deadlines[p.NodeID], _ = ctx.Deadline()
 	f.mu.Unlock()
 	if f.hang[p.NodeID] {
 		<-ctx.Done()
 		return promcp.CapabilityReport{}, context.DeadlineExceeded
 	}
 	return f.answer(p, hop), nil
+}
+
+// call is when p was asked and the deadline it was given, once it has been
+// asked: a goroutine the router started may be asked after the query ended.
+func (f *fakeAsker) call(t *testing.T, p string) (asked, deadline time.Time) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		f.mu.Lock()
+		asked, ok := f.asked[p]
+		deadline := f.deadlines[p]
+		f.mu.Unlock()
+		if ok {
+			return asked, deadline
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%s was never asked", p)
+		}
+	}
 }
 
 func candidateOf(p mesh.Peer, tool string) promcp.CapabilityReport {
@@ -119,27 +142,53 @@ func TestLocalAnswerIsNotRouted(t *testing.T) {
 	}
 }
 
-// A peer that hangs never stretches the query past its total budget, and
-// is reported unreachable and counted as dropped late.
+// A peer that hangs never stretches the query past its budget: every peer
+// is asked under a deadline no later than the query's start plus its total
+// budget, nor later than when it was asked plus the per-hop time a peer
+// needs to forward again (TTL hops); the hung peer is reported unreachable and counted
+// as dropped late. The caller's context allows a minute, so a router that
+// passed it on would be seen. How long the query takes on the clock depends
+// on the host's load and is not what this checks.
 func TestHungPeerKeepsTheDeadline(t *testing.T) {
-	ms := members{self: peer("a", "z1", mesh.Alive), peers: []mesh.Peer{peer("c", "z2", mesh.Alive, "rain"), peer("d", "z2", mesh.Alive, "rain")}}
-	ask := &fakeAsker{hang: map[string]bool{"c": true}, answer: func(p mesh.Peer, _ Hop) promcp.CapabilityReport { return candidateOf(p, "do_rain") }}
-	r := New(ask, Config{Total: 200 * time.Millisecond, PerHop: 50 * time.Millisecond})
-	r.SetMembers(ms)
-	start := time.Now()
-	rep, _ := r.Route(context.Background(), rainArgs, nil, own(unserved()))
-	if took := time.Since(start); took > 400*time.Millisecond {
-		t.Errorf("took %v with a 200 ms budget", took)
-	}
-	mm := rep.Metadata.MeshMetadata
-	if mm.ResponsesReceived != 1 || mm.ResponsesDroppedLate != 1 {
-		t.Fatalf("metadata %+v; want 1 received, 1 dropped late", mm)
-	}
-	if len(rep.Blocked) != 1 || rep.Blocked[0].DeviceID != "c" || len(rep.Candidates) != 1 {
-		t.Fatalf("blocked %+v candidates %+v", rep.Blocked, rep.Candidates)
-	}
-	if got := ask.hops["c"].BudgetMs; got <= 0 || got > 200 {
-		t.Errorf("budget given to the peer %d ms; want within the query's 200", got)
+	for _, c := range []struct {
+		name          string
+		total, perHop time.Duration
+	}{
+		{"total budget first", 200 * time.Millisecond, time.Second},
+		{"per-hop time first", time.Second, 50 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ms := members{self: peer("a", "z1", mesh.Alive), peers: []mesh.Peer{peer("c", "z2", mesh.Alive, "rain"), peer("d", "z2", mesh.Alive, "rain")}}
+			ask := &fakeAsker{hang: map[string]bool{"c": true}, answer: func(p mesh.Peer, _ Hop) promcp.CapabilityReport { return candidateOf(p, "do_rain") }}
+			var start time.Time // the query's, the router's first reading of the clock
+			var once sync.Once
+			now := func() time.Time { n := time.Now(); once.Do(func() { start = n }); return n }
+			r := New(ask, Config{Total: c.total, PerHop: c.perHop, Now: now})
+			r.SetMembers(ms)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			rep, _ := r.Route(ctx, rainArgs, nil, own(unserved()))
+			mm := rep.Metadata.MeshMetadata
+			if mm.ResponsesReceived != 1 || mm.ResponsesDroppedLate != 1 {
+				t.Fatalf("metadata %+v; want 1 received, 1 dropped late", mm)
+			}
+			if len(rep.Blocked) != 1 || rep.Blocked[0].DeviceID != "c" || len(rep.Candidates) != 1 {
+				t.Fatalf("blocked %+v candidates %+v", rep.Blocked, rep.Candidates)
+			}
+			for _, p := range []string{"c", "d"} {
+				asked, d := ask.call(t, p)
+				bound := start.Add(c.total)
+				if hop := asked.Add(c.perHop * DefaultTTL); hop.Before(bound) {
+					bound = hop
+				}
+				if d.IsZero() || d.After(bound) {
+					t.Errorf("%s asked with deadline %v after the query's start; want at most %v", p, d.Sub(start), bound.Sub(start))
+				}
+			}
+			if got := ask.hops["c"].BudgetMs; got <= 0 || got > c.total.Milliseconds() {
+				t.Errorf("budget given to the peer %d ms; want within the query's %d", got, c.total.Milliseconds())
+			}
+		})
 	}
 }
 
