@@ -296,13 +296,18 @@ func TestSeedRetriedWhileAlone(t *testing.T) {
 	}
 	port := probe.LocalAddr().(*net.UDPAddr).Port
 	probe.Close()
-	b := startNode(t, "node_b", "z", keys, hb, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-	time.Sleep(time.Second) // the first join has failed
+	seed := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	var bLog logLines
+	cb := nodeConfig(t, "node_b", "z", keys, hb, seed)
+	cb.Logger = slog.New(&bLog)
+	b := startConfig(t, cb)
+	waitFor(t, 30*time.Second, "b's first join fails", func() bool { return bLog.has("mesh: scouting", seed, "err=") })
 	a, err := Start(Config{DeviceID: "node_a", BindAddr: "127.0.0.1", BindPort: port, MaxPeers: 8, HeartbeatInterval: hb, Keys: keys, Logger: testLogger(t)})
 	if err != nil {
 		t.Skipf("the seed's port was taken meanwhile: %v", err)
 	}
 	defer a.Close()
-	took := waitFor(t, scoutFast+2*time.Second, "b retries its seed", func() bool { return b.Alive("") == 1 && a.Alive("") == 1 })
+	// Alone, b scouts every scoutFast (not scoutEvery).
+	took := waitFor(t, 2*scoutFast, "b retries its seed", func() bool { return b.Alive("") == 1 && a.Alive("") == 1 })
 	t.Logf("joined the late seed %s after it started", took)
 }
