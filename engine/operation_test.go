@@ -153,7 +153,12 @@ func TestCancelDrivesTheSafeValue(t *testing.T) {
 	// 20 → 100 °C would take 400 steps (8 s): cancel it on the way
 	resp := start(t, e, "start_oven_ramp", promcp.StartRequest{Value: 100.0})
 	id := *resp.OperationID
-	time.Sleep(100 * time.Millisecond)
+	// once it has made a step (the status after the cancel shows progress)
+	for deadline := time.Now().Add(5 * time.Second); status(t, e, "read_status_oven_ramp", id, 0).Progress == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the ramp made no step within 5 s")
+		}
+	}
 	// while it runs, the point is the operation's
 	direct, err := e.Do(context.Background(), operator, "do_oven_setpoint", promcp.DoRequest{Value: 50.0})
 	if err != nil || direct.Status != promcp.StatusFailed || direct.Permission != promcp.PolicyDenied {
