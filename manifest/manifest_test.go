@@ -322,10 +322,6 @@ var manifestEdits = []edit{
 	{name: "gpio not bool", base: greenhouse, old: "    data_type: bool\n    semantic_tags: [door", new: "    data_type: int\n    semantic_tags: [door", at: "int\n", msg: "needs data_type bool"},
 	// Two do capabilities on overlapping registers (do_heater_setpoint is a float32 at holding 0-1).
 	{name: "do registers overlap", base: greenhouse, old: "  - name: heater_setpoint\n    kind: read\n", new: boostCapability("1", "uint16"), at: "bus: rs485\n      unit: 1\n      table: holding\n      address: 1", msg: "do_heater_boost writes holding address 1 of unit 1 on bus rs485, overlapping do_heater_setpoint (line 93), which writes holding addresses 0-1"},
-	// Two do capabilities on overlapping bytes of one I2C device: a 2-byte
-	// register at 0x10 covers 0x11 too, whichever comes first.
-	{name: "do i2c bytes overlap", base: greenhouse, old: "  - name: vent_fan\n", new: dacCapabilities("0x60:reg=0x10:width=2:byte_order=big", "0x60:reg=0x11"), at: `{bus: i2c1, address: "0x60:reg=0x11"`, msg: "do_dac_trim writes register 0x11 of I2C device 0x60 on bus i2c1, overlapping do_dac_level (line 66), which writes registers 0x10-0x11"},
-	{name: "do i2c bytes overlap reversed", base: greenhouse, old: "  - name: vent_fan\n", new: dacCapabilities("0x60:reg=0x11", "0x60:reg=0x10:width=2:byte_order=big"), at: `{bus: i2c1, address: "0x60:reg=0x10`, msg: "do_dac_trim writes registers 0x10-0x11 of I2C device 0x60 on bus i2c1, overlapping do_dac_level (line 66), which writes register 0x11"},
 	{name: "gpio line bound twice", base: greenhouse, old: "line: GPIO27", new: "line: GPIO17", at: "bus: gpio\n      line: GPIO17\n      bias", msg: "already bound by do_vent_fan"},
 	{name: "gpio bad mode", base: greenhouse, old: "      line: GPIO27\n", new: "      address: \"pin=27:mode=analog\"\n", at: "analog", msg: "mode \"analog\" is not supported"},
 	{name: "gpio bare short item", base: greenhouse, old: "      line: GPIO27\n", new: "      address: \"27\"\n", at: "27", msg: "must be key=value"},
@@ -431,8 +427,8 @@ func dacCapabilities(level, trim string) string {
 }
 
 // Two do capabilities may share a start address (they take turns) or sit side
-// by side, in Modbus registers and in I2C bytes; only a partial overlap is
-// refused (manifestEdits).
+// by side in Modbus registers; only a partial overlap is refused
+// (manifestEdits).
 func TestDoRegistersSharedOrApart(t *testing.T) {
 	text := readFile(t, greenhouse)
 	for _, at := range [][2]string{{"0", "uint64"}, {"0", "uint16"}, {"2", "uint32"}} {
@@ -441,8 +437,11 @@ func TestDoRegistersSharedOrApart(t *testing.T) {
 			t.Errorf("%s at holding %s beside do_heater_setpoint's float32 at 0: %s", at[1], at[0], diags)
 		}
 	}
+	// An I2C register address is a pointer whose width is the chip's own:
+	// 16-bit registers at consecutive addresses (an ADS1115's thresholds at
+	// 0x02 and 0x03) are separate registers, so no I2C pair is refused.
 	word := "0x60:reg=0x10:width=2:byte_order=big"
-	for _, trim := range []string{"0x60:reg=0x10", "0x60:reg=0x12", "0x61:reg=0x11"} {
+	for _, trim := range []string{"0x60:reg=0x10", "0x60:reg=0x11", "0x60:reg=0x11:width=2:byte_order=big", "0x60:reg=0x12", "0x61:reg=0x11"} {
 		edited := strings.Replace(text, "  - name: vent_fan\n", dacCapabilities(word, trim), 1)
 		if m, diags := Parse("m.yml", []byte(edited)); m == nil {
 			t.Errorf("I2C %s beside %s: %s", trim, word, diags)

@@ -12,9 +12,13 @@ type Space struct {
 
 // Span is what a binding reads or writes in its Space: registers (or coils,
 // discrete inputs) lo..hi-1 of a Modbus table, or bytes lo..hi-1 of an I2C
-// device, read and written from the register up as a device with an
-// auto-incrementing register pointer does: a 2-byte register at 0x10 covers
-// 0x10 and 0x11.
+// device, as a device with a byte-wide, auto-incrementing register pointer
+// lays them out: a 2-byte register at 0x10 covers 0x10 and 0x11. Many chips
+// instead give each pointer value a register of its own width (an ADS1115's
+// 16-bit registers at 0x02 and 0x03), and the manifest does not say which
+// a chip does, so an I2C span may overlap another where the chip's registers
+// do not: good enough to drop cached readings a write may change, not to
+// refuse a manifest.
 type Span struct {
 	Space
 	Lo, Hi int
@@ -65,13 +69,14 @@ func (s Span) String() string {
 }
 
 // writeOverlaps refuses two do capabilities whose Modbus registers (or
-// coils), or I2C register bytes, overlap without starting at the same
-// address. physmcpd orders writes, settles in-doubt writes and keeps
-// late-write windows per register a binding starts at; a write to one of two
-// overlapping bindings would change the other's value outside all of that (a
-// retry could undo the other's later write). Bindings that start at the same
-// address share all of it, and are allowed. (Two do capabilities on one GPIO
-// line are refused in capabilities: a line is requested once.)
+// coils) overlap without starting at the same address. physmcpd orders
+// writes, settles in-doubt writes and keeps late-write windows per register
+// a binding starts at; a write to one of two overlapping bindings would
+// change the other's value outside all of that (a retry could undo the
+// other's later write). Bindings that start at the same address share all
+// of it, and are allowed. I2C bindings are not compared: whether two
+// register addresses share bytes is the chip's (Span). (Two do capabilities
+// on one GPIO line are refused in capabilities: a line is requested once.)
 func (v *validator) writeOverlaps() {
 	type site struct {
 		c *Capability
@@ -83,7 +88,7 @@ func (v *validator) writeOverlaps() {
 			continue
 		}
 		s, ok := c.Binding.Span()
-		if !ok {
+		if !ok || s.Table == "" {
 			continue
 		}
 		for _, o := range sites {
