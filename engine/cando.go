@@ -564,7 +564,7 @@ func (e *Engine) effectiveRange(pt *point) (lo, hi *float64) {
 	if pt.c.Kind != manifest.KindDo {
 		return lo, hi
 	}
-	for _, r := range e.p.Rules(pt.tool) {
+	for _, r := range pt.rules {
 		if g := r.RangeGuard; g != nil && g.OnViolation != "warn" {
 			if g.Min != nil && (lo == nil || *g.Min > *lo) {
 				lo = g.Min

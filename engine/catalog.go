@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/physmcp/physmcpd/drivers"
 	"github.com/physmcp/physmcpd/manifest"
+	"github.com/physmcp/physmcpd/policy"
 )
 
 // catalog is what the engine serves at one moment: the manifest as served,
@@ -34,6 +36,9 @@ type catalog struct {
 	busCounts map[string]*busCounters // by bus name
 	// unserved are m.NotServed, as can_do matches them (notserved.go).
 	unserved []unserved
+	// unmatched are the policy's names for adopted tools that apply to
+	// none of tools (policy.Unmatched).
+	unmatched []string
 
 	// index finds can_do's matches (cando_index.go).
 	index struct {
@@ -45,16 +50,65 @@ type catalog struct {
 func (e *Engine) catalog() *catalog { return e.cat.Load() }
 
 // seal completes cat once its points are bound: its tools, the
-// capabilities it does not serve, and what each write changes.
-func (cat *catalog) seal() {
+// capabilities it does not serve, what each write changes, and the names of
+// p that apply to none of the tools its devices offer (one not served is
+// offered: the reason it is not served says why).
+func (cat *catalog) seal(p *policy.Policy) {
 	cat.linkWrites()
 	cat.tools = toolList(cat.m)
 	cat.unserved = unservedOf(cat.m)
 	cat.served = make(map[string]bool, len(cat.tools))
+	offered := make([]string, 0, len(cat.tools)+len(cat.unserved))
 	for _, t := range cat.tools {
 		cat.served[t.Name] = true
+		offered = append(offered, t.Name)
+	}
+	for _, u := range cat.unserved {
+		offered = append(offered, u.pt.tool)
+	}
+	cat.unmatched = p.Unmatched(offered)
+}
+
+// policyRefuses is c not served, because the policy's rules that apply to it
+// cannot hold for it (a range guard outside its range, a rate rule on a
+// read), or nil. Only adopted capabilities can be refused: the manifest's
+// were checked when the policy was parsed. Refusing one leaves it blocked in
+// can_do with the reason, instead of serving it without the rules the
+// operator wrote for it.
+func (e *Engine) policyRefuses(c *manifest.Capability, device string) *manifest.NotServed {
+	diags := e.p.Adopted(c)
+	for _, d := range diags.Warnings() {
+		e.log.Warn("policy finding for an adopted tool", "tool", c.ToolName(), "finding", d.String())
+	}
+	errs := diags.Errors()
+	if len(errs) == 0 {
+		return nil
+	}
+	ns := &manifest.NotServed{Capability: c, Device: device, Reason: fmt.Sprintf(
+		"policy_mismatch: %s of %s is not served: the policy's rules for it cannot hold for it: %s",
+		c.ToolName(), device, strings.ReplaceAll(strings.TrimSpace(errs.String()), "\n", "; "))}
+	e.log.Error("adopted capability not served", "tool", c.ToolName(), "reason", ns.Reason)
+	return ns
+}
+
+// warnUnmatched logs the policy's names for adopted tools that apply to no
+// tool offered yet, when they changed: a name with a typo in it is seen at
+// start-up, and again after every adoption that leaves it unmatched.
+func (e *Engine) warnUnmatched(cat *catalog) {
+	now := strings.Join(cat.unmatched, " ")
+	if now == e.unmatchedLogged {
+		return
+	}
+	e.unmatchedLogged = now
+	if now != "" {
+		e.log.Warn("policy names that apply to no tool offered yet (checked when a source offers one)", "file", e.p.File, "names", now)
 	}
 }
+
+// PolicyUnmatched lists the policy's names for adopted tools (tool names
+// its manifest does not have, and patterns) that apply to no tool offered
+// now, served or not.
+func (e *Engine) PolicyUnmatched() []string { return e.catalog().unmatched }
 
 // tool is the tool of that name; nil when there is none.
 func (cat *catalog) tool(name string) *Tool {
@@ -100,6 +154,15 @@ func (e *Engine) Adopt(src *manifest.Bus, b drivers.Bus, caps []*manifest.Capabi
 			return fmt.Errorf("adopt: capability %s (not served) is bound to bus %s, not %s", ns.Capability.ToolName(), ns.Capability.Binding.Bus, src.Name)
 		}
 	}
+	var kept []*manifest.Capability
+	for _, c := range caps {
+		if ns := e.policyRefuses(c, src.Name); ns != nil {
+			notServed = append(notServed, ns)
+		} else {
+			kept = append(kept, c)
+		}
+	}
+	caps = kept
 	next.m.NotServed = append(next.m.NotServed, notServed...)
 	next.m.Buses[src.Name] = src
 	next.buses[src.Name] = b
@@ -131,7 +194,8 @@ func (e *Engine) Adopt(src *manifest.Bus, b drivers.Bus, caps []*manifest.Capabi
 			pt.site.note(pt.tool, Write{At: h.Last, Value: h.LastValue, Seq: h.Seq, Key: h.Key})
 		}
 	}
-	next.seal()
+	next.seal(e.p)
+	e.warnUnmatched(next)
 	// The new bus starts with a closed breaker: a device that came back,
 	// or moved, is tried at once.
 	e.faults.devices.Delete(src.Name)
@@ -164,7 +228,8 @@ func (e *Engine) Unadopt(bus string) error {
 	delete(next.m.Buses, bus)
 	delete(next.buses, bus)
 	delete(next.busCounts, bus)
-	next.seal()
+	next.seal(e.p)
+	e.warnUnmatched(next)
 	e.faults.devices.Delete(bus)
 	e.cat.Store(next)
 	e.retire(retired, "its device is no longer adopted")

@@ -68,7 +68,7 @@ func (e *Engine) access(pt *point, caller Caller) decision {
 		return d
 	}
 	var now time.Time // read only for a window: can_do checks every match, and the clock costs
-	for _, r := range e.p.Rules(pt.tool) {
+	for _, r := range pt.rules {
 		if r.TimeWindow != nil {
 			if now.IsZero() {
 				now = e.now()
@@ -107,7 +107,7 @@ func (e *Engine) rates(pt *point) []manifest.Rate {
 	if pt.c.RateLimit != nil {
 		out = append(out, *pt.c.RateLimit)
 	}
-	for _, r := range e.p.Rules(pt.tool) {
+	for _, r := range pt.rules {
 		if r.Rate != nil && r.Rate.Max != nil {
 			out = append(out, *r.Rate.Max)
 		}
@@ -172,7 +172,7 @@ func (e *Engine) guardRange(pt *point, d *decision) {
 	if !ok {
 		return
 	}
-	for _, r := range e.p.Rules(pt.tool) {
+	for _, r := range pt.rules {
 		g := r.RangeGuard
 		if g == nil {
 			continue
@@ -219,7 +219,7 @@ func (e *Engine) writeBounds(pt *point) (lo, hi float64) {
 	if r := pt.c.Range; r != nil {
 		narrow(r.Min, r.Max)
 	}
-	for _, r := range e.p.Rules(pt.tool) {
+	for _, r := range pt.rules {
 		if g := r.RangeGuard; g != nil && g.OnViolation != policy.ViolationWarn {
 			narrow(g.Min, g.Max)
 		}
@@ -307,7 +307,7 @@ func fmtBound(b *float64, none string) string {
 }
 
 func (e *Engine) needsApproval(pt *point) bool {
-	for _, r := range e.p.Rules(pt.tool) {
+	for _, r := range pt.rules {
 		if r.Approval != nil {
 			return true
 		}

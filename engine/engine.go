@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -67,10 +68,12 @@ type Engine struct {
 	cat atomic.Pointer[catalog]
 	// adoptMu orders changes of the catalog; sites are shared by the
 	// points of every catalog (written under it).
-	adoptMu    sync.Mutex
-	sites      map[string]*site // by location
-	onChangeMu sync.Mutex
-	onChange   []func()
+	adoptMu sync.Mutex
+	sites   map[string]*site // by location
+	// unmatchedLogged is catalog.unmatched as last logged (under adoptMu).
+	unmatchedLogged string
+	onChangeMu      sync.Mutex
+	onChange        []func()
 
 	inflight sync.Mutex
 	running  map[string]*keyedCall // do_* calls in progress, by idempotency key
@@ -89,8 +92,11 @@ type Engine struct {
 
 // point is a capability bound to its driver, with its read cache and limits.
 type point struct {
-	c        *manifest.Capability
-	tool     string
+	c    *manifest.Capability
+	tool string
+	// rules are the policy's rules for the tool: its own entry's, or a
+	// pattern's (policy.Rules), looked up once when it is bound.
+	rules    []*policy.Rule
 	drv      drivers.Point
 	outage   drivers.Outage // the driver, when it knows its source's outages (read.go); else nil
 	busType  manifest.BusType
@@ -175,16 +181,28 @@ func New(m *manifest.Manifest, p *policy.Policy, buses map[string]drivers.Bus, o
 		e.synced = func() bool { return true }
 	}
 	cat := &catalog{m: m, points: map[string]*point{}, byLocation: map[string][]*point{}, buses: buses, busCounts: map[string]*busCounters{}}
+	var refused []*manifest.NotServed
 	for _, c := range m.Capabilities {
 		bus, ok := buses[c.Binding.Bus]
 		if !ok {
 			return nil, fmt.Errorf("capability %s: bus %q was not opened", c.ToolName(), c.Binding.Bus)
 		}
+		if ns := e.policyRefuses(c, c.Binding.Bus); ns != nil {
+			refused = append(refused, ns)
+			continue
+		}
 		if err := e.bind(cat, c, bus); err != nil {
 			return nil, err
 		}
 	}
-	cat.seal()
+	if len(refused) > 0 { // served as the manifest says, but for those
+		served := *m
+		served.Capabilities = slices.DeleteFunc(slices.Clone(m.Capabilities), func(c *manifest.Capability) bool { return cat.points[c.ToolName()] == nil })
+		served.NotServed = append(slices.Clone(m.NotServed), refused...)
+		cat.m = &served
+	}
+	cat.seal(e.p)
+	e.warnUnmatched(cat)
 	e.cat.Store(cat)
 	if err := e.restoreLimits(); err != nil {
 		return nil, err
@@ -227,7 +245,7 @@ func (e *Engine) bind(cat *catalog, c *manifest.Capability, bus drivers.Bus) err
 	if err != nil {
 		return fmt.Errorf("capability %s: %w", c.ToolName(), err)
 	}
-	pt := &point{c: c, tool: c.ToolName(), drv: drv, busType: c.Binding.Type, location: locationKey(c), nameWords: words(c.Name), adopted: cat.m.AdoptedFrom(c),
+	pt := &point{c: c, tool: c.ToolName(), rules: e.p.Rules(c.ToolName()), drv: drv, busType: c.Binding.Type, location: locationKey(c), nameWords: words(c.Name), adopted: cat.m.AdoptedFrom(c),
 		late: cat.m.Buses[c.Binding.Bus].LateWrite()}
 	pt.outage, _ = drv.(drivers.Outage)
 	if pt.bus = cat.busCounts[c.Binding.Bus]; pt.bus == nil {

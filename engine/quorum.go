@@ -37,7 +37,7 @@ func (e *Engine) quorumOf(pt *point) quorumRule {
 	if pt.c.RequiresQuorum {
 		q.need = max(pt.c.QuorumSize, 1)
 	}
-	for _, r := range e.p.Rules(pt.tool) {
+	for _, r := range pt.rules {
 		if r.Quorum != nil {
 			q.need = max(q.need, r.Quorum.MinPeers)
 			q.allowLocal = r.Quorum.OnFailure == "allow_local"

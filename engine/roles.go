@@ -39,7 +39,7 @@ func (e *Engine) roleAccess(pt *point, role manifest.Role) decision {
 	if min := e.minRole(pt.c); !role.AtLeast(min) {
 		return deny(promcp.PermissionInsufficient, "%s requires role %s or higher; the caller has %s", pt.tool, min, roleName(role))
 	}
-	for _, r := range e.p.Rules(pt.tool) {
+	for _, r := range pt.rules {
 		if r.Permission != nil && !slices.Contains(r.Permission.Require, role) {
 			return deny(promcp.PermissionInsufficient, "the policy allows %s only to roles %s; the caller has %s", pt.tool, roleList(r.Permission.Require), roleName(role))
 		}

@@ -133,7 +133,8 @@ type NotServed struct {
 	// (a source the manifest lists).
 	Device string
 	// Reason is PhysMCP's kind of reason, a colon and the details:
-	// "name_collision: ..." or "invalid_name: ...".
+	// "name_collision: ...", "invalid_name: ..." or "policy_mismatch: ..."
+	// (the policy's rules for it cannot hold for it).
 	Reason string
 }
 

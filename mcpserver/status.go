@@ -148,6 +148,10 @@ type statusBody struct {
 	// served (a name another device's serves, or no tool name), as can_do
 	// lists them blocked.
 	NotServed []statusNotServed `json:"not_served"`
+	// PolicyUnmatched are the names the policy gives adopted tools (tool
+	// names, patterns) that apply to no tool a device offers yet: a typo,
+	// or a device that has not joined.
+	PolicyUnmatched []string `json:"policy_unmatched"`
 }
 
 type statusNotServed struct {
@@ -221,6 +225,7 @@ func statusOf(ctx context.Context, e *engine.Engine, opts StatusOptions) statusB
 		Readings: []statusRead{}, Actions: []statusAction{}, Buses: []statusBus{},
 		Audit: statusAudit{Kept: opts.AuditTail != nil, Lines: []json.RawMessage{}}, Approvals: []statusApproval{}, NotServed: []statusNotServed{},
 	}
+	body.PolicyUnmatched = append([]string{}, e.PolicyUnmatched()...)
 	for _, ns := range m.NotServed {
 		body.NotServed = append(body.NotServed, statusNotServed{Tool: ns.Capability.ToolName(), Device: ns.Device, Bus: ns.Capability.Binding.Bus, Reason: ns.Reason})
 	}

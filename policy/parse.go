@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	pathpkg "path"
 	"regexp"
 	"slices"
+	"strings"
 
 	"github.com/physmcp/physmcpd/internal/strictyaml"
 	"github.com/physmcp/physmcpd/manifest"
@@ -38,6 +40,12 @@ func Parse(file string, data []byte, m *manifest.Manifest) (*Policy, strictyaml.
 	d := strictyaml.NewDecoder(file, &diags)
 	d.Decode(root, p, "")
 	(&validator{d: d, p: p, m: m}).run()
+	if m != nil {
+		p.checked = make(map[*manifest.Capability]bool, len(m.Capabilities))
+		for _, c := range m.Capabilities {
+			p.checked[c] = true
+		}
+	}
 	diags.Sort()
 	if diags.HasErrors() {
 		return nil, diags
@@ -60,17 +68,6 @@ func Load(path string, m *manifest.Manifest) (*Policy, strictyaml.Diags) {
 func HashToken(token string) string {
 	sum := sha256.Sum256([]byte(token))
 	return hex.EncodeToString(sum[:])
-}
-
-// Rules returns the rules for a tool (by tool name), or nil.
-func (p *Policy) Rules(tool string) []*Rule {
-	if p == nil {
-		return nil
-	}
-	if tp := p.Capabilities[tool]; tp != nil {
-		return tp.Rules
-	}
-	return nil
 }
 
 // QuorumCheck returns the quorum check of that name, or nil.
@@ -169,7 +166,9 @@ func (v *validator) run() {
 	}
 }
 
-// capabilities resolves each key to a tool, re-keys the map by tool name and checks the rules.
+// capabilities resolves each key to a tool (or keeps it as a pattern),
+// re-keys the map by tool name and checks the rules, each against the
+// manifest's tools it applies to.
 func (v *validator) capabilities() {
 	p := v.p
 	if len(p.Capabilities) == 0 {
@@ -190,8 +189,22 @@ func (v *validator) capabilities() {
 	for _, key := range keys {
 		tp := p.Capabilities[key]
 		path := "capabilities." + key
+		if v.m == nil {
+			v.errorf(tp.At.Self, path, "cannot check rules without a valid manifest")
+			continue
+		}
+		if isPattern(key) {
+			if _, err := pathpkg.Match(key, ""); err != nil {
+				v.errorf(tp.At.Key, path, "%q is not a valid pattern: %v (a pattern uses * for any run of characters, ? for one, [...] for one of a set)", key, err)
+				continue
+			}
+			tp.Tool = key
+			v.rules(path, tp)
+			p.Patterns = append(p.Patterns, tp)
+			continue
+		}
 		tool, c := v.resolveTool(key, tp, tools)
-		if c == nil {
+		if tool == "" {
 			continue
 		}
 		if first, dup := keyOf[tool]; dup {
@@ -201,17 +214,47 @@ func (v *validator) capabilities() {
 		keyOf[tool] = key
 		tp.Tool = tool
 		byTool[tool] = tp
-		v.rules(path, tp, c)
+		v.rules(path, tp)
+		if c != nil {
+			v.fit(path, tp, c)
+		}
 	}
 	p.Capabilities = byTool
+	if v.m != nil {
+		v.patterns()
+	}
 }
 
+// patterns checks each pattern against the manifest's tools it applies to.
+// A pattern that applies to none is an error unless tools are adopted.
+func (v *validator) patterns() {
+	p := v.p
+	applies := map[*ToolPolicy]bool{}
+	for _, c := range v.m.Capabilities {
+		tp, others := p.entry(c.ToolName())
+		if tp == nil || !isPattern(tp.Tool) {
+			continue
+		}
+		applies[tp] = true
+		v.fit("capabilities."+tp.Tool, tp, c)
+		for _, o := range others {
+			v.warnf(o.At.Key, "capabilities."+o.Tool, "%s", shadowed(c.ToolName(), tp, o))
+		}
+	}
+	if v.m.Adopts() {
+		return // the tools it is for may come from the adopted sources
+	}
+	for _, tp := range p.Patterns {
+		if !applies[tp] {
+			v.errorf(tp.At.Key, "capabilities."+tp.Tool, "the pattern %q applies to no tool of the manifest (a tool with an entry of its own follows that entry alone)", tp.Tool)
+		}
+	}
+}
+
+// resolveTool is the tool a key names, with its capability; the capability
+// is nil for a tool name the manifest does not have but may adopt.
 func (v *validator) resolveTool(key string, tp *ToolPolicy, tools []string) (string, *manifest.Capability) {
 	path := "capabilities." + key
-	if v.m == nil {
-		v.errorf(tp.At.Self, path, "cannot check rules without a valid manifest")
-		return "", nil
-	}
 	if c := v.m.Tool(key); c != nil {
 		return key, c
 	}
@@ -225,7 +268,17 @@ func (v *validator) resolveTool(key string, tp *ToolPolicy, tools []string) (str
 	case 1:
 		return matches[0].ToolName(), matches[0]
 	case 0:
-		v.errorf(tp.At.Key, path, "the manifest has no tool or capability %q%s", key, strictyaml.SuggestAmong(key, tools, "tools"))
+		if !v.m.Adopts() {
+			v.errorf(tp.At.Key, path, "the manifest has no tool or capability %q%s", key, strictyaml.SuggestAmong(key, tools, "tools"))
+			break
+		}
+		// Adopted tools are known when adopted: the name is checked then.
+		if problem := manifest.ToolNameProblem(key); problem != "" || !strings.HasPrefix(key, "read_") && !strings.HasPrefix(key, "do_") {
+			v.errorf(tp.At.Key, path, "the manifest has no tool or capability %q%s; a tool adopted from a source is named by its tool name (read_... or do_..., as adopt.names names it) or a pattern (do_*_vent_fan)", key, strictyaml.SuggestAmong(key, tools, "tools"))
+			break
+		}
+		tp.pending = true
+		return key, nil
 	default:
 		v.errorf(tp.At.Key, path, "%q names both read_%s and do_%s; write the tool name", key, key, key)
 	}
@@ -235,30 +288,32 @@ func (v *validator) resolveTool(key string, tp *ToolPolicy, tools []string) (str
 // onlyOnce are the rule types a tool may have at most one of: two would contradict each other.
 var onlyOnce = []RuleType{RuleRangeGuard, RuleQuorum, RuleHumanApproval}
 
-func (v *validator) rules(path string, tp *ToolPolicy, c *manifest.Capability) {
+// decoded reports whether a rule decoded (a failure is reported already).
+func (r *Rule) decoded() bool {
+	return r.Type != "" && (r.TimeWindow != nil || r.Permission != nil || r.Rate != nil || r.Quorum != nil || r.RangeGuard != nil || r.Approval != nil)
+}
+
+// rules checks what the rules of an entry say in themselves, whatever tool
+// they apply to (fit checks them against one).
+func (v *validator) rules(path string, tp *ToolPolicy) {
 	if tp.At.Has("rules") && len(tp.Rules) == 0 {
 		v.warnf(tp.At.Of("rules"), path+".rules", "no rules; remove the entry or add a rule")
 	}
 	seen := map[RuleType]bool{}
 	for i, r := range tp.Rules {
 		rp := fmt.Sprintf("%s.rules[%d]", path, i)
-		if r.Type == "" || (r.TimeWindow == nil && r.Permission == nil && r.Rate == nil && r.Quorum == nil && r.RangeGuard == nil && r.Approval == nil) {
-			continue // decoding failed: already reported
-		}
-		if seen[r.Type] && slices.Contains(onlyOnce, r.Type) {
-			v.errorf(r.At.Of("type"), rp+".type", "%s already has a %s rule; give one", c.ToolName(), r.Type)
-		}
-		seen[r.Type] = true
-		doOnly := r.Type == RuleRate || r.Type == RuleQuorum || r.Type == RuleRangeGuard
-		if doOnly && c.Kind != manifest.KindDo {
-			v.errorf(r.At.Of("type"), rp+".type", "a %s rule only applies to do_ tools, and %s is a read", r.Type, c.ToolName())
+		if !r.decoded() {
 			continue
 		}
+		if seen[r.Type] && slices.Contains(onlyOnce, r.Type) {
+			v.errorf(r.At.Of("type"), rp+".type", "%s already has a %s rule; give one", tp.Tool, r.Type)
+		}
+		seen[r.Type] = true
 		switch {
 		case r.TimeWindow != nil:
 			v.timeWindowRule(rp, r.TimeWindow)
 		case r.Permission != nil:
-			v.permissionRule(rp, r.Permission, c)
+			v.permissionRule(rp, r.Permission)
 		case r.Quorum != nil:
 			q := r.Quorum
 			if q.MinPeers < 1 && q.At.Has("min_peers") {
@@ -276,9 +331,11 @@ func (v *validator) rules(path string, tp *ToolPolicy, c *manifest.Capability) {
 			default:
 				v.errorf(q.At.Of("peers"), rp+".peers", "must be zone or mesh, got %q", q.Peers)
 			}
-			v.quorumRuleCheck(rp, q, c)
+			if q.At.Has("check") && !namePattern.MatchString(q.Check) {
+				v.errorf(q.At.Of("check"), rp+".check", "quorum check name %q must be lowercase letters, digits, _ and - and start with a letter", q.Check)
+			}
 		case r.RangeGuard != nil:
-			v.rangeGuard(rp, r.RangeGuard, c)
+			v.rangeGuardBounds(rp, r.RangeGuard)
 		case r.Approval != nil:
 			a := r.Approval
 			if !a.At.Has("timeout_s") {
@@ -290,14 +347,37 @@ func (v *validator) rules(path string, tp *ToolPolicy, c *manifest.Capability) {
 	}
 }
 
+// fit checks the rules of an entry against one tool they apply to: a rule
+// for do_ tools on a read, a range guard outside its range, a role below its
+// minimum. It changes nothing, so that it can check an adopted tool while
+// the policy is in use.
+func (v *validator) fit(path string, tp *ToolPolicy, c *manifest.Capability) {
+	for i, r := range tp.Rules {
+		rp := fmt.Sprintf("%s.rules[%d]", path, i)
+		if !r.decoded() {
+			continue
+		}
+		doOnly := r.Type == RuleRate || r.Type == RuleQuorum || r.Type == RuleRangeGuard
+		if doOnly && c.Kind != manifest.KindDo {
+			v.errorf(r.At.Of("type"), rp+".type", "a %s rule only applies to do_ tools, and %s is a read", r.Type, c.ToolName())
+			continue
+		}
+		switch {
+		case r.Permission != nil:
+			v.permissionMinimum(rp, r.Permission, c)
+		case r.Quorum != nil:
+			v.quorumRuleCheck(rp, r.Quorum, c)
+		case r.RangeGuard != nil:
+			v.rangeGuard(rp, r.RangeGuard, c)
+		}
+	}
+}
+
 // quorumRuleCheck checks the name of the quorum check a rule asks its
 // peers to run. The peers define it, so it is not looked up here.
 func (v *validator) quorumRuleCheck(path string, q *QuorumRule, c *manifest.Capability) {
 	if !q.At.Has("check") {
 		return
-	}
-	if !namePattern.MatchString(q.Check) {
-		v.errorf(q.At.Of("check"), path+".check", "quorum check name %q must be lowercase letters, digits, _ and - and start with a letter", q.Check)
 	}
 	need := q.MinPeers
 	if c.RequiresQuorum {
@@ -374,26 +454,29 @@ func (v *validator) timeWindowRule(path string, r *TimeWindowRule) {
 	}
 }
 
-func (v *validator) permissionRule(path string, r *PermissionRule, c *manifest.Capability) {
+func (v *validator) permissionRule(path string, r *PermissionRule) {
 	if r.At.Has("require") && len(r.Require) == 0 {
 		v.errorf(r.At.Of("require"), path+".require", "needs at least one role")
 	}
-	min := c.RequiresPermission
 	for i, role := range r.Require {
-		rp := fmt.Sprintf("%s.require[%d]", path, i)
 		if !manifest.ValidRole(role) {
-			v.errorf(r.At.Of("require"), rp, "unknown role %q; expected one of %s", role, manifest.RoleNames())
-		} else if min != "" && !role.AtLeast(min) {
-			v.warnf(r.At.Of("require"), rp, "role %s is below the manifest's requires_permission %s for %s, which still applies", role, min, c.ToolName())
+			v.errorf(r.At.Of("require"), fmt.Sprintf("%s.require[%d]", path, i), "unknown role %q; expected one of %s", role, manifest.RoleNames())
 		}
 	}
 }
 
-func (v *validator) rangeGuard(path string, g *RangeGuard, c *manifest.Capability) {
-	if !c.IsNumeric() {
-		v.errorf(g.At.Self, path, "a range_guard only applies to numeric tools; %s is %s", c.ToolName(), c.DataType)
-		return
+// permissionMinimum warns of a required role below the tool's minimum.
+func (v *validator) permissionMinimum(path string, r *PermissionRule, c *manifest.Capability) {
+	min := c.RequiresPermission
+	for i, role := range r.Require {
+		if manifest.ValidRole(role) && min != "" && !role.AtLeast(min) {
+			v.warnf(r.At.Of("require"), fmt.Sprintf("%s.require[%d]", path, i), "role %s is below the manifest's requires_permission %s for %s, which still applies", role, min, c.ToolName())
+		}
 	}
+}
+
+// rangeGuardBounds checks a guard in itself.
+func (v *validator) rangeGuardBounds(path string, g *RangeGuard) {
 	switch g.OnViolation {
 	case ViolationClamp, ViolationDeny, ViolationWarn, "":
 	default:
@@ -401,13 +484,22 @@ func (v *validator) rangeGuard(path string, g *RangeGuard, c *manifest.Capabilit
 	}
 	if g.Min == nil && g.Max == nil {
 		v.errorf(g.At.Self, path, "a range_guard needs min, max or both")
+	} else if g.Min != nil && g.Max != nil && *g.Min > *g.Max {
+		v.errorf(g.At.Of("min"), path+".min", "min %g is greater than max %g", *g.Min, *g.Max)
+	}
+}
+
+// rangeGuard checks a guard against the tool it applies to (rangeGuardBounds
+// reports a guard without bounds, or with min above max).
+func (v *validator) rangeGuard(path string, g *RangeGuard, c *manifest.Capability) {
+	if !c.IsNumeric() {
+		v.errorf(g.At.Self, path, "a range_guard only applies to numeric tools; %s is %s", c.ToolName(), c.DataType)
+		return
+	}
+	if g.Min == nil && g.Max == nil || g.Min != nil && g.Max != nil && *g.Min > *g.Max {
 		return
 	}
 	bad := false
-	if g.Min != nil && g.Max != nil && *g.Min > *g.Max {
-		v.errorf(g.At.Of("min"), path+".min", "min %g is greater than max %g", *g.Min, *g.Max)
-		bad = true
-	}
 	r := c.Range
 	if r == nil || r.Min == nil || r.Max == nil {
 		return // the manifest already reports a numeric do without a full range

@@ -27,6 +27,14 @@ type Policy struct {
 	// quorum vote that names one.
 	QuorumChecks map[string]*QuorumCheck `yaml:"quorum_checks"`
 
+	// Patterns are the capabilities entries keyed by a glob (do_*_vent_fan),
+	// in file order: each applies to the tools it matches that have no entry
+	// of their own, the first in the file where several match.
+	Patterns []*ToolPolicy `yaml:"-"`
+	// checked are the manifest's capabilities, whose rules Parse checked
+	// against them; adopted capabilities are checked when adopted (Adopted).
+	checked map[*manifest.Capability]bool
+
 	At Positions `yaml:"-"`
 }
 
@@ -39,11 +47,16 @@ type Defaults struct {
 	At Positions `yaml:"-"`
 }
 
-// ToolPolicy holds the rules for one tool. The key in the file may be the tool
-// name (do_fan_speed) or the capability name (fan_speed); Tool is the tool name.
+// ToolPolicy holds the rules for one tool, or for the tools a pattern
+// matches. The key in the file may be the tool name (do_fan_speed), the
+// capability name (fan_speed) or a pattern (do_*_fan); Tool is the tool name,
+// or the pattern.
 type ToolPolicy struct {
 	Tool  string  `yaml:"-"`
 	Rules []*Rule `yaml:"rules,required"`
+	// pending: a tool name the manifest does not have, expected from a
+	// source the manifest adopts wholesale.
+	pending bool
 
 	At Positions `yaml:"-"`
 }

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -35,7 +36,10 @@ capabilities: []
 // caller's key. Under names: as_is the first bus in name order serves the
 // names; the other device's capabilities are blocked in the site's can_do
 // (physmcp:not_served, no endpoint, the reason naming the device that
-// serves them) and listed on the status page.
+// serves them) and listed on the status page. The aggregator's policy names
+// the adopted tools by pattern: its rule applies to each (refused there,
+// nothing sent to the device), and a name no device offers is listed on the
+// status page.
 func TestAggregatorOverIdenticalDevices(t *testing.T) {
 	full := buildBinary(t, "")
 	dir := t.TempDir()
@@ -54,12 +58,12 @@ func TestAggregatorOverIdenticalDevices(t *testing.T) {
 	}
 	token, _ := filepath.Abs(filepath.Join(siteDir, "aggregator", "device.token"))
 	policy := filepath.Join(siteDir, "aggregator", "physmcp.policy.yml")
-	aggregator := func(names string) string {
+	aggregator := func(names, policy string) string {
 		text := fmt.Sprintf(twinAggregator, urls["gh1"], token, names, urls["gh2"], token, names)
 		return serveHTTPInProcess(t, "--manifest", writeFile(t, dir, names+".yml", text), "--policy", policy, "--simulate")
 	}
 
-	base := aggregator("device_prefixed")
+	base := aggregator("device_prefixed", policy)
 	for _, p := range []string{"", "/greenhouse_a"} {
 		var out bytes.Buffer
 		code := runLint([]string{"--strict", "--url", base + mcpserver.EndpointPath + p, "--header", "Authorization: Bearer " + operatorToken}, &out, &out)
@@ -90,7 +94,7 @@ func TestAggregatorOverIdenticalDevices(t *testing.T) {
 		}
 	}
 
-	base = aggregator("as_is")
+	base = aggregator("as_is", policy)
 	site := dialMCP(t, mustHTTP(t, base+mcpserver.EndpointPath))
 	report := toolJSON(t, site, "can_do", map[string]any{"intent": map[string]any{"semantic_tags": []string{"fan"}, "action": "read"}})
 	cand, blocked := findEntry(report["candidates"], "read_vent_fan"), findEntry(report["blocked"], "read_vent_fan")
@@ -119,6 +123,38 @@ func TestAggregatorOverIdenticalDevices(t *testing.T) {
 	if want := []string{"do_vent_fan", "read_air_temperature", "read_vent_fan"}; !slices.Equal(sorted(notServed), want) {
 		t.Errorf("status page, not served: %+v; want gh2's %v", status.NotServed, want)
 	}
+
+	data, err = os.ReadFile(policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restricted := writeFile(t, dir, "restricted.policy.yml", string(data)+`capabilities:
+  "do_gh?_vent_fan":
+    rules: [{type: permission, require: [admin]}]
+  "read_gh3_*":
+    rules: [{type: permission, require: [operator]}]
+`)
+	base = aggregator("device_prefixed", restricted)
+	zone = dialMCP(t, mustHTTP(t, base+"/mcp/greenhouse_a"))
+	before := auditOutcomes(t, states["gh2"], "do_vent_fan")
+	if got := listNames(zone); slices.Contains(got, "do_gh1_vent_fan") || slices.Contains(got, "do_gh2_vent_fan") || !slices.Contains(got, "read_gh2_vent_fan") {
+		t.Errorf("an operator is listed %v under the aggregator's pattern rule; want the do_gh?_vent_fan hidden, the reads kept", got)
+	}
+	// the transport refuses a tool the caller's role may not call
+	if res, err := callTool(t, zone, "do_gh2_vent_fan", map[string]any{"value": false, "idempotency_key": "6f1b2c3d-0000-4e5f-8a9b-000000000003"}); err == nil ||
+		!strings.Contains(err.Error(), "role operator may not call do_gh2_vent_fan") {
+		t.Errorf("an operator's do_gh2_vent_fan under the aggregator's pattern rule: %+v %v; want refused there", res, err)
+	}
+	if after := auditOutcomes(t, states["gh2"], "do_vent_fan"); !maps.Equal(after, before) {
+		t.Errorf("gh2's audit trail changed after the aggregator refused: %v, before %v", after, before)
+	}
+	var unmatched struct {
+		PolicyUnmatched []string `json:"policy_unmatched"`
+	}
+	getJSON(t, base+mcpserver.StatusAPIPath, &unmatched)
+	if want := []string{"read_gh3_*"}; !slices.Equal(unmatched.PolicyUnmatched, want) {
+		t.Errorf("status page, policy names without a tool: %q, want %q", unmatched.PolicyUnmatched, want)
+	}
 }
 
 func sorted(s []string) []string {
@@ -139,5 +175,22 @@ func getJSON(t *testing.T, url string, v any) {
 	defer resp.Body.Close()
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+}
+
+// An aggregator's policy may name the tools it will adopt: validate accepts
+// them and lists them, as they cannot be checked before they are adopted.
+func TestValidateListsAdoptedNames(t *testing.T) {
+	policy := writeFile(t, t.TempDir(), "agg.policy.yml", `physmcp_policy_version: "0.1"
+capabilities:
+  "do_*_vent_fan":
+    rules: [{type: permission, require: [supervisor]}]
+  do_pump_speed:
+    rules: [{type: rate, max: 4/hour}]
+`)
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"validate", "--manifest", filepath.Join(siteDir, "aggregator", "physmcp.manifest.yml"), "--policy", policy}, &stdout, &stderr)
+	if want := "policy names for adopted tools, checked when a source offers them: do_*_vent_fan do_pump_speed\n"; code != 0 || !strings.Contains(stdout.String(), want) {
+		t.Errorf("exit %d, stdout:\n%s\nstderr:\n%s\nwant exit 0 and %q", code, stdout.String(), stderr.String(), want)
 	}
 }

@@ -67,6 +67,14 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	summary(stdout, m, p)
+	var tools []string
+	for _, c := range m.Capabilities {
+		tools = append(tools, c.ToolName())
+	}
+	if names := p.Unmatched(tools); len(names) > 0 {
+		// adopted at run time: serve checks them against each tool adopted
+		fmt.Fprintf(stdout, "\npolicy names for adopted tools, checked when a source offers them: %s\n", strings.Join(names, " "))
+	}
 	if w := diags.Warnings(); len(w) > 0 {
 		fmt.Fprintln(stdout)
 		fmt.Fprint(stdout, w.String())

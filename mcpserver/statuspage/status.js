@@ -110,6 +110,9 @@ function render(s) {
     cell(n.reason),
   ])), '');
 
+  show('policy-unmatched-section', s.policy_unmatched.length > 0);
+  fill('policy-unmatched', s.policy_unmatched.map((name) => row('', [cell(name)])), '');
+
   $('updated').textContent = 'Updated ' + clock(s.time) + ', every ' + EVERY_MS / 1000 + ' s.';
 }
 
