@@ -19,7 +19,10 @@
 // on the bus) returns an error wrapping drivers.ErrInDoubt: the device may
 // have applied it, and only reading the device can tell. A write that fails
 // otherwise (connect refused, cancelled while queued) was never sent; an
-// exception reply is *drivers.ModbusException (refused, not applied).
+// exception reply is *drivers.ModbusException (refused, not applied). On
+// Modbus TCP a write whose deadline passed leaves its connection listening
+// for the reply until the bus's late_write_ms has passed: the error is then
+// a *drivers.LateReply, which tells whether a late echo proved it applied.
 //
 // Deadlines come from the caller's context (Deadline, Err) and are enforced
 // on the wire, so a transaction needs no timer or context of its own. A caller

@@ -68,7 +68,7 @@ func newFaultBus(t *testing.T, transport string, retries int) faultBus {
 	var fb faultBus
 	if transport == "tcp" {
 		fb.tcp = modbusfault.StartTCP(t)
-		fb.dev, fb.stop, fb.bus = fb.tcp.Device, fb.tcp.Close, newTCPBus(fb.tcp.Addr(), set)
+		fb.dev, fb.stop, fb.bus = fb.tcp.Device, fb.tcp.Close, newTCPBus(fb.tcp.Addr(), set, 0)
 	} else {
 		srv := modbusfault.StartRTU(t)
 		fb.dev, fb.stop = srv.Device, srv.Close

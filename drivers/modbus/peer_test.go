@@ -235,7 +235,7 @@ func tcpBus(t testing.TB, addr string, timeoutMs, retries, maxGap int) *Bus {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newTCPBus(addr, set)
+	b := newTCPBus(addr, set, 0)
 	t.Cleanup(func() { b.Close() })
 	return b
 }

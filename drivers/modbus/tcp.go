@@ -1,11 +1,14 @@
 package modbus
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -30,12 +33,14 @@ func OpenTCP(_ context.Context, _ *manifest.Manifest, b *manifest.Bus) (drivers.
 	if _, _, err := net.SplitHostPort(c.Address); err != nil {
 		return nil, fmt.Errorf("bus %q: address %q: want host:port: %w", b.Name, c.Address, err)
 	}
-	return newTCPBus(c.Address, set), nil
+	return newTCPBus(c.Address, set, time.Duration(c.LateWriteMs)*time.Millisecond), nil
 }
 
-func newTCPBus(addr string, set settings) *Bus {
+// newTCPBus is a bus to addr; late is its late_write_ms, how long the reply
+// to a write frame it gave up on is listened for.
+func newTCPBus(addr string, set settings, late time.Duration) *Bus {
 	stop := make(chan struct{})
-	tr := &tcpTransport{addr: addr, stop: stop}
+	tr := &tcpTransport{addr: addr, stop: stop, late: late, listening: map[net.Conn]struct{}{}}
 	// The handler is used only as the packager (MBAP header); its own
 	// transporter, which reconnects silently and has no backoff, is not used.
 	pk := gb.NewTCPClientHandler(addr)
@@ -53,6 +58,10 @@ type tcpTransport struct {
 	conn      net.Conn
 	bo        backoff
 	buf       [260]byte // the reply being read; here, not on the heap per exchange
+
+	late      time.Duration
+	mu        sync.Mutex // guards listening: its connections end on their own goroutines
+	listening map[net.Conn]struct{}
 }
 
 // errStale marks a failure that suggests the connection was already dead
@@ -67,7 +76,17 @@ func (t *tcpTransport) fault() { t.drop() }
 
 func (t *tcpTransport) close() error {
 	t.drop()
+	t.stopListening()
 	return nil
+}
+
+// stopListening gives up the late replies still listened for.
+func (t *tcpTransport) stopListening() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for c := range t.listening {
+		_ = c.Close()
+	}
 }
 
 func (t *tcpTransport) drop() {
@@ -113,9 +132,8 @@ func (t *tcpTransport) try(adu []byte) ([]byte, error) {
 	}
 	const header = 7
 	buf := t.buf[:]
-	if _, err := io.ReadFull(t.conn, buf[:header]); err != nil {
-		t.drop()
-		return nil, t.ioError(err, true)
+	if got, err := io.ReadFull(t.conn, buf[:header]); err != nil {
+		return nil, t.noReply(adu, buf[:got], t.ioError(err, true))
 	}
 	// The length field counts the unit id and the PDU.
 	n := int(buf[4])<<8 | int(buf[5])
@@ -123,11 +141,68 @@ func (t *tcpTransport) try(adu []byte) ([]byte, error) {
 		t.drop()
 		return nil, fmt.Errorf("reply header has length %d, want 2..%d", n, len(buf)-header+1)
 	}
-	if _, err := io.ReadFull(t.conn, buf[header:header-1+n]); err != nil {
-		t.drop()
-		return nil, t.ioError(err, false)
+	if got, err := io.ReadFull(t.conn, buf[header:header-1+n]); err != nil {
+		return nil, t.noReply(adu, buf[:header+got], t.ioError(err, false))
 	}
 	return append([]byte(nil), buf[:header-1+n]...), nil
+}
+
+// noReply ends an exchange whose reply (got so far) did not come in full,
+// for err. The connection is dropped; but when a write's deadline passed
+// first, it is left open for the bus's late_write_ms to hear the reply out:
+// a device or gateway that applies the frame late still answers it there,
+// and that echo proves the write applied (drivers.LateReply). Nothing else
+// is sent on the connection meanwhile.
+func (t *tcpTransport) noReply(adu, got []byte, err error) error {
+	if t.mayResend || t.late <= 0 || !errors.Is(err, drivers.ErrTimeout) {
+		t.drop()
+		return err
+	}
+	conn, lr := t.conn, drivers.NewLateReply(err)
+	t.conn = nil
+	t.mu.Lock()
+	t.listening[conn] = struct{}{}
+	t.mu.Unlock()
+	adu, got, until := slices.Clone(adu), slices.Clone(got), time.Now().Add(t.late)
+	go func() {
+		echo := awaitEcho(conn, adu, got, until)
+		t.mu.Lock()
+		delete(t.listening, conn)
+		t.mu.Unlock()
+		_ = conn.Close()
+		lr.End(echo)
+	}()
+	return lr
+}
+
+// awaitEcho reads on c, until `until`, the rest of the reply to the write
+// request adu of which got has arrived, and reports whether it echoes the
+// request: its transaction and unit, and the request's function code,
+// address and value or count, which are the first five bytes of the PDU of
+// FC5, 6, 15 and 16 alike. An exception reply proves nothing: a gateway
+// answers 11 (target failed to respond) when the device's reply was lost,
+// applied or not. Nor does the connection closing first.
+func awaitEcho(c net.Conn, adu, got []byte, until time.Time) bool {
+	const header, echo = 7, 5
+	if len(adu) < header+echo || c.SetReadDeadline(until) != nil {
+		return false
+	}
+	buf := make([]byte, header+echo)
+	n := copy(buf, got)
+	if n < header {
+		if _, err := io.ReadFull(c, buf[n:header]); err != nil {
+			return false
+		}
+		n = header
+	}
+	// The length counts the unit id and the PDU.
+	if buf[4] != 0 || buf[5] != 1+echo {
+		return false
+	}
+	if _, err := io.ReadFull(c, buf[n:]); err != nil {
+		return false
+	}
+	return bytes.Equal(buf[:4], adu[:4]) && buf[6] == adu[6] && bytes.Equal(buf[header:], adu[header:header+echo])
 }
 
 func (t *tcpTransport) connect() error {
@@ -140,6 +215,9 @@ func (t *tcpTransport) connect() error {
 	d := net.Dialer{Deadline: t.deadline}
 	conn, err := d.Dial("tcp", t.addr)
 	if err != nil {
+		// A device that takes one connection at a time may refuse this one
+		// while a late reply is listened for on another: that gives way.
+		t.stopListening()
 		t.bo.failed(time.Now(), err)
 		if isTimeout(err) {
 			return fmt.Errorf("%w: connecting: %w", drivers.ErrTimeout, err)

@@ -56,10 +56,14 @@ const (
 	// reconnected can read the old value and then see the old write land.
 	// On RTU the line is held too: nothing else is answered meanwhile.
 	LateApply
+	// LateException: do not apply; answer with exception Fault.Code after
+	// Fault.Delay (or once Fault.Hold is closed), as a TCP-to-RTU gateway
+	// answers 11 (target failed to respond) after its own timeout.
+	LateException
 )
 
 var modeNames = [...]string{"normal", "apply-drop", "apply-no-reply", "apply-fin", "apply-rst", "hang", "delay",
-	"exception", "garble", "mismatch", "late-apply"}
+	"exception", "garble", "mismatch", "late-apply", "late-exception"}
 
 func (m Mode) String() string {
 	if m < 0 || int(m) >= len(modeNames) {
@@ -69,7 +73,7 @@ func (m Mode) String() string {
 }
 
 // Applies reports whether the device applies a write it handles in mode m.
-func (m Mode) Applies() bool { return m != Hang && m != Exception }
+func (m Mode) Applies() bool { return m != Hang && m != Exception && m != LateException }
 
 // Request is a decoded request, as faults see it.
 type Request struct {
@@ -97,14 +101,16 @@ type Fault struct {
 	Match func(Request) bool
 	// Times is how many matching requests it affects; 0 means all of them.
 	Times int
-	// Delay is how long Delay mode holds the reply (LateApply: the request).
+	// Delay is how long Delay and LateException modes hold the reply
+	// (LateApply: the request).
 	Delay time.Duration
-	// Hold, when set, holds a Delay reply (a LateApply request) until it is
-	// closed instead: a test closes it once the client has given up, so the
-	// reply (the write) is late however slowly either side is scheduled.
+	// Hold, when set, holds a Delay or LateException reply (a LateApply
+	// request) until it is closed instead: a test closes it once the client
+	// has given up, so the reply (the write) is late however slowly either
+	// side is scheduled.
 	Hold <-chan struct{}
-	// Code is the exception code for Exception mode (0 means 4, server
-	// device failure).
+	// Code is the exception code for Exception and LateException modes (0
+	// means 4, server device failure).
 	Code uint8
 }
 
@@ -260,7 +266,7 @@ type outcome struct {
 // hold waits out o's delay or hold, then applies a LateApply request; false
 // means the server closed meanwhile (a held request is then never applied).
 func (d *Device) hold(o *outcome) bool {
-	if o.mode != Delay && o.mode != LateApply {
+	if o.mode != Delay && o.mode != LateApply && o.mode != LateException {
 		return true
 	}
 	if !d.wait(o.delay, o.hold) {
@@ -287,8 +293,8 @@ func (d *Device) handle(unit uint8, pdu []byte) outcome {
 	switch f.Mode {
 	case Hang:
 		return outcome{mode: Hang}
-	case Exception:
-		return outcome{mode: Exception, pdu: []byte{r.Function | 0x80, f.Code}}
+	case Exception, LateException:
+		return outcome{mode: f.Mode, pdu: []byte{r.Function | 0x80, f.Code}, delay: f.Delay, hold: f.Hold}
 	case LateApply:
 		return outcome{mode: LateApply, delay: f.Delay, hold: f.Hold, late: func() []byte {
 			d.mu.Lock()
@@ -318,7 +324,7 @@ func (d *Device) take(r Request) Fault {
 				d.faults = append(d.faults[:i], d.faults[i+1:]...)
 			}
 		}
-		if out.Mode == Exception && out.Code == 0 {
+		if (out.Mode == Exception || out.Mode == LateException) && out.Code == 0 {
 			out.Code = 4
 		}
 		return out
