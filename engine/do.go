@@ -91,12 +91,13 @@ func (e *Engine) do(ctx context.Context, caller Caller, pt *point, req promcp.Do
 		case rec.Fingerprint != fp:
 			return e.refuse(pt, key, "", fmt.Sprintf("idempotency_key %q was already used for a different request; use a new key for a new action", key))
 		case rec.InDoubt:
-			if err := e.waitLate(ctx, rec.LateUntil); err != nil {
+			proved, err := e.waitLate(ctx, rec.LateUntil, pt.site.lateReply(key))
+			if err != nil {
 				outcome = OutcomeInDoubt
 				return e.stillLate(pt, key, rec, err)
 			}
 			pt.site.endLate(key)
-			if resp, outcome = e.settleLocked(ctx, pt, key, rec); outcome != "" {
+			if resp, outcome = e.settleLocked(ctx, pt, key, rec, proved); outcome != "" {
 				return resp
 			}
 			doubt = &rec
@@ -202,12 +203,20 @@ func (e *Engine) write(ctx context.Context, pt *point, base Record, key string, 
 	}
 	if werr != nil {
 		retry := "the retry checks the device and never writes twice"
+		var late *drivers.LateReply // the bus listens for the device's reply to the frame
 		if pt.late > 0 {
-			e.lateWindow(wctx, pt, key, &intent)
+			errors.As(werr, &late)
+			e.lateWindow(wctx, pt, key, &intent, late)
 			retry = fmt.Sprintf("the device may still apply it until %s (the bus's late_write_ms), so the retry waits until then, "+
 				"then checks the device and never writes twice; other writes to this register are refused until then", promcp.Time(intent.LateUntil))
+			if late != nil {
+				retry += ", unless the device's late reply to the write proves it applied first: that settles the key at once"
+			}
 		}
 		chargeErr := e.charge(pt, w)
+		if late != nil {
+			e.awaitLateReply(pt, key, w.Seq, late)
+		}
 		e.log.Warn("do write outcome unknown", "tool", pt.tool, "key", key, "point", pt.drv.Describe(), "seq", w.Seq, "late_until", intent.LateUntil, "err", werr)
 		resp.Permission = promcp.SourceUnreachable
 		resp.AppliedValue = nil
@@ -229,8 +238,10 @@ func (e *Engine) write(ctx context.Context, pt *point, base Record, key string, 
 // on it. While the caller is still there, the bus gave up when the write
 // returned, so the intent's bound (from the deadline) is narrowed to that;
 // a caller that went away may have left the frame on the bus until the
-// deadline. Other writes to the site are refused until the window ends.
-func (e *Engine) lateWindow(ctx context.Context, pt *point, key string, intent *Record) {
+// deadline. Other writes to the site are refused until the window ends, or
+// until the device's late reply proves the write applied when the bus
+// listens for it (reply, else nil).
+func (e *Engine) lateWindow(ctx context.Context, pt *point, key string, intent *Record, reply *drivers.LateReply) {
 	if until := e.now().Add(pt.late); ctx.Err() == nil && until.Before(intent.LateUntil) {
 		narrowed := *intent
 		narrowed.LateUntil = until
@@ -240,29 +251,75 @@ func (e *Engine) lateWindow(ctx context.Context, pt *point, key string, intent *
 			*intent = narrowed
 		}
 	}
-	pt.site.noteLate(lateWrite{key: key, value: intent.Response.AppliedValue, until: intent.LateUntil})
+	pt.site.noteLate(lateWrite{key: key, value: intent.Response.AppliedValue, until: intent.LateUntil, reply: reply})
+}
+
+// awaitLateReply settles key when the bus hears the device's late reply to
+// its write (numbered seq) and it proves the write applied: the window ends
+// at once (other writes to the register are allowed again), and the outcome
+// is recorded as a retry records a write it finds applied, so the next
+// retry replays it. Any other end of listening proves nothing: the window
+// stands. A retry holding the key meanwhile settles it itself.
+func (e *Engine) awaitLateReply(pt *point, key string, seq uint64, late *drivers.LateReply) {
+	e.lateReplies.Go(func() {
+		<-late.Done()
+		if !late.Applied() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), pt.late+pt.c.Timeout())
+		defer cancel()
+		release, err := e.claim(ctx, key)
+		if err != nil {
+			return
+		}
+		defer release()
+		rec, ok := e.idem.Load(key)
+		if !ok || !rec.InDoubt || rec.Seq != seq {
+			return // settled meanwhile
+		}
+		pt.site.endLate(key)
+		at, began := e.now(), time.Now()
+		if resp, outcome := e.settleLocked(ctx, pt, key, rec, true); outcome == OutcomeConfirmed {
+			e.auditDo(Caller{Identity: "physmcpd"}, pt, promcp.DoRequest{Value: rec.Response.AppliedValue, IdempotencyKey: key}, resp, outcome, at, time.Since(began))
+		}
+	})
 }
 
 // waitLate waits until the settle window that ends at until is over (zero:
 // none): before then the device may still apply an in-doubt frame, so a
 // read-back proves nothing. It waits on the real clock, for as long as the
-// engine's clock says is left, and gives up at once when the call's
-// deadline comes first, or when the call is cancelled while it waits.
-func (e *Engine) waitLate(ctx context.Context, until time.Time) error {
-	left := until.Sub(e.now())
-	if left <= 0 {
-		return nil
+// engine's clock says is left, and gives up when the call is cancelled
+// while it waits. While the bus listens for the device's late reply to the
+// frame (reply), it waits for that too, up to the call's deadline, and ends
+// when the reply proves the frame applied (proved); otherwise it gives up at
+// once when the deadline comes before the window's end.
+func (e *Engine) waitLate(ctx context.Context, until time.Time, reply *drivers.LateReply) (proved bool, err error) {
+	var heard <-chan struct{}
+	if reply != nil {
+		heard = reply.Done()
 	}
-	if d, ok := ctx.Deadline(); ok && time.Until(d) < left {
-		return fmt.Errorf("the call's deadline comes %s before the window ends", (left - time.Until(d)).Round(time.Millisecond))
-	}
-	t := time.NewTimer(left)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	for {
+		if reply.Applied() {
+			return true, nil
+		}
+		left := until.Sub(e.now())
+		if left <= 0 {
+			return false, nil
+		}
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < left && heard == nil {
+			return false, fmt.Errorf("the call's deadline comes %s before the window ends", (left - time.Until(d)).Round(time.Millisecond))
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-t.C:
+			return false, nil
+		case <-heard:
+			heard = nil // listening is over: proved, or never will be
+		case <-ctx.Done():
+			t.Stop()
+			return false, ctx.Err()
+		}
+		t.Stop()
 	}
 }
 
@@ -374,32 +431,35 @@ func (e *Engine) finish(ctx context.Context, pt *point, base Record, key string,
 }
 
 // settleLocked settles an in-doubt key under its site's write turn.
-func (e *Engine) settleLocked(ctx context.Context, pt *point, key string, rec Record) (promcp.DoResponse, string) {
+func (e *Engine) settleLocked(ctx context.Context, pt *point, key string, rec Record, proved bool) (promcp.DoResponse, string) {
 	defer e.lockWrites(pt)()
-	return e.settle(ctx, pt, key, rec)
+	return e.settle(ctx, pt, key, rec, proved)
 }
 
 // settle decides what became of an in-doubt key's write, writing nothing:
 //   - a later write to the same register or line was made since: superseded
 //     (its own outcome no longer matters: the device holds the later value);
-//   - else the device shows the requested value: it was applied, and is
-//     recorded as done;
+//   - else the device's late reply proved it applied (proved), or the
+//     device shows the requested value: it was applied, and is recorded as
+//     done;
 //   - else it was not applied: outcome "" and the call may write it now.
 //
 // The caller holds the site's write turn.
-func (e *Engine) settle(ctx context.Context, pt *point, key string, rec Record) (promcp.DoResponse, string) {
+func (e *Engine) settle(ctx context.Context, pt *point, key string, rec Record, proved bool) (promcp.DoResponse, string) {
 	if later, laterTool, ok := pt.site.after(rec.Seq); ok && rec.Seq > 0 {
 		return e.superseded(pt, key, rec, later, laterTool), OutcomeSuperseded
 	}
-	cur, err := e.readFresh(ctx, pt)
-	if err != nil {
-		failed := e.refuse(pt, key, failurePermission(err), fmt.Sprintf("an earlier call with this key may have written; the device cannot be read to check, so nothing was written: %v", err))
-		failed.PreviousValue = rec.Response.PreviousValue
-		return failed, OutcomeFailed
-	}
 	want := rec.Response.AppliedValue
-	if !sameValue(pt, cur.value, want) {
-		return promcp.DoResponse{}, ""
+	if !proved {
+		cur, err := e.readFresh(ctx, pt)
+		if err != nil {
+			failed := e.refuse(pt, key, failurePermission(err), fmt.Sprintf("an earlier call with this key may have written; the device cannot be read to check, so nothing was written: %v", err))
+			failed.PreviousValue = rec.Response.PreviousValue
+			return failed, OutcomeFailed
+		}
+		if !sameValue(pt, cur.value, want) {
+			return promcp.DoResponse{}, ""
+		}
 	}
 	var charged *Write
 	if rec.Seq == 0 || !pt.site.charged(rec.Seq) {
@@ -412,7 +472,7 @@ func (e *Engine) settle(ctx context.Context, pt *point, key string, rec Record) 
 		charged = &Write{At: sent, Value: want, Seq: rec.Seq, Key: key}
 		e.chargeInMemory(pt, *charged)
 	}
-	e.log.Info("do in-doubt write confirmed by read-back", "tool", pt.tool, "key", key)
+	e.log.Info("do in-doubt write confirmed", "tool", pt.tool, "key", key, "by_late_reply", proved)
 	return e.finish(ctx, pt, rec, key, rec.Response, want, rec.Response.Status == promcp.StatusPartial, charged), OutcomeConfirmed
 }
 

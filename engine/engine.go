@@ -77,6 +77,8 @@ type Engine struct {
 
 	inflight sync.Mutex
 	running  map[string]*keyedCall // do_* calls in progress, by idempotency key
+	// lateReplies are the in-doubt writes whose late reply is awaited (awaitLateReply).
+	lateReplies sync.WaitGroup
 
 	faults faults // breakers, queues and write turns (breaker.go)
 
@@ -327,6 +329,8 @@ func (e *Engine) Close() error {
 			errs = append(errs, fmt.Errorf("bus %s: %w", name, err))
 		}
 	}
+	// Closed buses stop listening: what a reply proved is recorded first.
+	e.lateReplies.Wait()
 	return errors.Join(errs...)
 }
 

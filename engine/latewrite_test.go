@@ -16,7 +16,9 @@ import (
 // A Modbus TCP device (or a TCP-to-RTU gateway's queue) may hold a write
 // frame the client gave up on while it serves the client's next connection,
 // and apply it later. These tests hold it on purpose (modbusfault.LateApply)
-// and count the writes the device applies.
+// and count the writes the device applies. The device answers the frame when
+// it applies it, on the connection it came on, unless it closed that
+// connection first: its echo then proves the write applied.
 
 // lateWindow is late_write_ms in these tests: long enough that a quick retry
 // made right after the in-doubt answer surely falls inside it on a loaded
@@ -24,15 +26,18 @@ import (
 const lateWindow = 4000
 
 // newLateRig is a rig on a Modbus TCP device whose first FC6 write to
-// holding register 0 is held unapplied until the returned function is called.
-func newLateRig(t *testing.T, opts engine.Options) (w *wireRig, release func()) {
+// holding register 0 is held unapplied until release is called; window is
+// the bus's late_write_ms. closeConn makes the device close its connections
+// (FIN), as one that drops the connection of a frame it holds does; right
+// after the held write it is the held write's only one.
+func newLateRig(t *testing.T, opts engine.Options, window int) (w *wireRig, release, closeConn func()) {
 	t.Helper()
 	s := modbusfault.StartTCP(t)
-	bus := fmt.Sprintf("{type: modbus-tcp, address: %q, timeout_ms: %d, late_write_ms: %d}", s.Addr(), wireTimeout, lateWindow)
+	bus := fmt.Sprintf("{type: modbus-tcp, address: %q, timeout_ms: %d, late_write_ms: %d}", s.Addr(), wireTimeout, window)
 	w = wireRigOn(t, s.Device, bus, opts)
 	hold := make(chan struct{})
 	s.Inject(modbusfault.Fault{Mode: modbusfault.LateApply, Match: modbusfault.At(6, 0), Times: 1, Hold: hold})
-	return w, func() { close(hold) }
+	return w, func() { close(hold) }, func() { s.CloseConns(false) }
 }
 
 // inDoubt makes a write whose frame the device holds, and waits until the
@@ -73,10 +78,13 @@ func lateUntil(t *testing.T, reason string) time.Time {
 // told when to come back), waits for the window's end when it can, and then
 // finds the value: one write applied. Without the window the quick retry
 // read the old value and wrote again, and the old frame landed after it: 2.
+// The device closes the frame's connection instead of answering: that
+// proves nothing, and the window is waited out.
 func TestLateWriteIsAppliedOnce(t *testing.T) {
-	w, release := newLateRig(t, engine.Options{})
+	w, release, closeConn := newLateRig(t, engine.Options{}, lateWindow)
 	first := w.inDoubt(t, w.e, 500, "A")
 	end := lateUntil(t, first.Reason)
+	closeConn()
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	quick, err := w.e.Do(ctx, operator, "do_flow_setpoint", promcp.DoRequest{Value: 500, IdempotencyKey: "A"})
@@ -114,8 +122,9 @@ func TestLateWriteIsAppliedOnce(t *testing.T) {
 // can_do says so; after the window it is written and the device keeps its
 // value, not the old frame's; the old key's retry is then superseded.
 func TestLateWriteWindowRefusesOtherKeys(t *testing.T) {
-	w, release := newLateRig(t, engine.Options{})
+	w, release, closeConn := newLateRig(t, engine.Options{}, lateWindow)
 	end := lateUntil(t, w.inDoubt(t, w.e, 500, "A").Reason)
+	closeConn() // no late reply settles A
 
 	b := w.do(t, "do_flow_setpoint", 700, "B")
 	if b.Permission != promcp.CooldownActive || !strings.Contains(b.Reason, `"A"`) || !lateUntil(t, b.Reason).Equal(end) {
@@ -162,7 +171,7 @@ func TestLateWriteWindowSurvivesRestart(t *testing.T) {
 		return s
 	}
 	s := open()
-	w, release := newLateRig(t, engine.Options{Idempotency: s, Limits: s})
+	w, release, _ := newLateRig(t, engine.Options{Idempotency: s, Limits: s}, lateWindow)
 	end := lateUntil(t, w.inDoubt(t, w.e, 500, "A").Reason)
 	if err := w.e.Close(); err != nil {
 		t.Fatal(err)
@@ -194,7 +203,7 @@ func TestLateWriteWindowSurvivesRestart(t *testing.T) {
 // The safe state waits for the window's end before it writes: written
 // before, it would be undone when the held frame lands.
 func TestLateWriteSafeStateWaitsForTheWindow(t *testing.T) {
-	w, release := newLateRig(t, engine.Options{})
+	w, release, _ := newLateRig(t, engine.Options{}, lateWindow)
 	w.inDoubt(t, w.e, 500, "A")
 	done := make(chan error, 1)
 	go func() { done <- w.e.ApplySafeState(context.Background(), "test") }()
@@ -209,5 +218,43 @@ func TestLateWriteSafeStateWaitsForTheWindow(t *testing.T) {
 	}
 	if v, n := w.dev.Value(modbusfault.HoldingRegisters, 0), w.dev.Writes(modbusfault.HoldingRegisters, 0); v != 0 || n != 2 {
 		t.Fatalf("device holds %d after %d writes; want the safe 0 after 2 (A late, then the safe value)", v, n)
+	}
+}
+
+// The device applies the held frame late and answers it on the connection
+// it came on: the echo settles the key as applied at once, far inside the
+// window, with no call waiting (its read-back is the only frame). A retry
+// replays that outcome without a frame, and another key's write to the
+// register goes through at once.
+func TestLateReplySettlesTheKey(t *testing.T) {
+	const window = 60_000 // no part of the test waits for it
+	w, release, _ := newLateRig(t, engine.Options{}, window)
+	first := w.inDoubt(t, w.e, 500, "A")
+	end := lateUntil(t, first.Reason)
+	if !strings.Contains(first.Reason, "late reply") {
+		t.Fatalf("in-doubt answer %q does not say a late reply settles the key", first.Reason)
+	}
+	reads := w.dev.Requests(3)
+	release()
+	// The settlement's read-back is the event: nothing else reads now.
+	w.await(t, func(ctx context.Context) error { return w.dev.AwaitRequests(ctx, 3, reads+1) })
+
+	a := w.do(t, "do_flow_setpoint", 500, "A")
+	at, _ := time.Parse(time.RFC3339Nano, a.Timestamp)
+	if a.Status != promcp.StatusSuccess || fmt.Sprint(a.AppliedValue) != "500" || !at.Before(end) {
+		t.Fatalf("retry after the late reply = %+v, want success with 500 before the window's end %s", a, end)
+	}
+	if n := w.dev.Requests(3) - reads; n != 1 {
+		t.Fatalf("%d FC3 frames since the late reply, want 1 (the settlement's read-back)", n)
+	}
+	if n, frames := w.dev.Writes(modbusfault.HoldingRegisters, 0), w.dev.Requests(6); n != 1 || frames != 1 {
+		t.Fatalf("%d writes applied, %d FC6 frames; want 1 and 1", n, frames)
+	}
+
+	if b := w.do(t, "do_flow_setpoint", 700, "B"); b.Status != promcp.StatusSuccess {
+		t.Fatalf("B right after A's late reply = %+v, want success (A's window ended)", b)
+	}
+	if v, n, frames := w.dev.Value(modbusfault.HoldingRegisters, 0), w.dev.Writes(modbusfault.HoldingRegisters, 0), w.dev.Requests(6); v != 700 || n != 2 || frames != 2 {
+		t.Fatalf("device holds %d after %d writes, %d FC6 frames; want 700, 2, 2", v, n, frames)
 	}
 }

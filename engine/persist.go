@@ -353,13 +353,13 @@ func (e *Engine) settleAtStart(ctx context.Context, pt *point, key string, rec R
 	if err := e.chargeAtStart(pt, key, rec); err != nil {
 		return err
 	}
-	if err := e.waitLate(ctx, rec.LateUntil); err != nil {
+	if _, err := e.waitLate(ctx, rec.LateUntil, nil); err != nil {
 		return fmt.Errorf("%s key %s: the write may still reach the device until %s, so it is left in doubt: %w", pt.tool, key, promcp.Time(rec.LateUntil), err)
 	}
 	pt.site.endLate(key)
 	defer e.lockWrites(pt)()
 	at, began := e.now(), time.Now()
-	resp, outcome := e.settle(ctx, pt, key, rec)
+	resp, outcome := e.settle(ctx, pt, key, rec, false)
 	switch outcome {
 	case "":
 		e.log.Info("in-doubt write not found on the device; a retry with its key writes", "tool", pt.tool, "key", key)

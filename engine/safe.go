@@ -77,7 +77,7 @@ func (e *Engine) driveSafe(ctx context.Context, pt *point, v any, why string, ca
 	if l, ok := pt.site.pendingLate(e.now); ok {
 		// The in-doubt frame could land after the safe value and undo it:
 		// wait it out when the deadline allows, else write now and say so.
-		if err := e.waitLate(ctx, l.until); err != nil {
+		if _, err := e.waitLate(ctx, l.until, l.reply); err != nil {
 			resp.Warnings = append(resp.Warnings, fmt.Sprintf("an earlier write of %v (idempotency_key %q) may still reach the device until %s and undo this one (%v)",
 				l.value, l.key, promcp.Time(l.until), err))
 		} else {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/physmcp/physmcpd/drivers"
 )
 
 // site is one register or line, shared by every point that addresses it.
@@ -30,6 +32,10 @@ type lateWrite struct {
 	key   string
 	value any
 	until time.Time
+	// reply is the bus listening for the device's reply to the frame (nil:
+	// it does not). Once the reply proved the frame applied, the frame can
+	// no longer land later: the window is over.
+	reply *drivers.LateReply
 }
 
 // noteLate records an in-doubt write's settle window; of two, the one that
@@ -47,7 +53,18 @@ func (s *site) noteLate(l lateWrite) {
 func (s *site) pendingLate(now func() time.Time) (lateWrite, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.late, !s.late.until.IsZero() && now().Before(s.late.until)
+	return s.late, !s.late.until.IsZero() && !s.late.reply.Applied() && now().Before(s.late.until)
+}
+
+// lateReply is the bus listening for the reply to key's in-doubt frame;
+// nil when it does not, or key has no window here.
+func (s *site) lateReply(key string) *drivers.LateReply {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.late.key != key {
+		return nil
+	}
+	return s.late.reply
 }
 
 // endLate ends key's settle window once it has been waited out (on the

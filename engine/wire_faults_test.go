@@ -178,7 +178,7 @@ func (w *wireRig) faulted(t *testing.T, fault modbusfault.Fault, v int, key stri
 func TestWireFaultsOneWritePerCall(t *testing.T) {
 	var mu, setup sync.Mutex
 	var wg sync.WaitGroup
-	scenarios, applied := 0, 0
+	scenarios, calls, applied := 0, 0, 0
 	for _, rtu := range []bool{false, true} {
 		for _, retries := range []int{0, 1, 3} {
 			for _, f := range wireModes {
@@ -193,9 +193,10 @@ func TestWireFaultsOneWritePerCall(t *testing.T) {
 							defer setup.Unlock()
 							return newWireRig(t, rtu, retries)
 						}()
-						n := wireScenario(t, w, f, !rtu)
+						n, c := wireScenario(t, w, f, !rtu)
 						mu.Lock()
 						scenarios++
+						calls += c
 						applied += n
 						mu.Unlock()
 					})
@@ -205,14 +206,16 @@ func TestWireFaultsOneWritePerCall(t *testing.T) {
 	}
 	wg.Wait()
 	t.Cleanup(func() {
-		fmt.Printf("engine wire faults: %d scenarios (9 fault modes x retries 0,1,3 x TCP/RTU), %d do_* calls, %d writes applied, 0 applied twice\n", scenarios, 5*scenarios, applied)
+		fmt.Printf("engine wire faults: %d scenarios (9 fault modes x retries 0,1,3 x TCP/RTU), %d do_* calls, %d writes applied, 0 applied twice\n", scenarios, calls, applied)
 	})
 }
 
-// wireScenario makes five calls, two of them meeting f, and returns how many
-// writes the device applied. window says the bus has a settle window
-// (late_write_ms, TCP): another key's write during it is refused.
-func wireScenario(t *testing.T, w *wireRig, f modbusfault.Fault, window bool) int {
+// wireScenario makes five or six calls, two of them meeting f, and returns
+// how many writes the device applied and how many calls it made. window says the bus has a settle
+// window (late_write_ms, TCP): another key's write during it is refused,
+// until the device's late reply to the lost write (a held Delay reply)
+// proves it applied.
+func wireScenario(t *testing.T, w *wireRig, f modbusfault.Fault, window bool) (applied, calls int) {
 	first := w.faulted(t, f, 500, "A")
 	writesA := w.dev.Writes(modbusfault.HoldingRegisters, 0)
 	want := 0
@@ -240,8 +243,16 @@ func wireScenario(t *testing.T, w *wireRig, f modbusfault.Fault, window bool) in
 	// C lost, B, retry C: C must not undo B. A C the device
 	// refused never happened, so its retry is a new write.
 	w.faulted(t, f, 600, "C")
+	echo := window && f.Mode == modbusfault.Delay
+	if echo {
+		// C's reply came late on its connection: C is settled as applied
+		// (a retry meanwhile waits for that), and its window is over.
+		if c := w.do(t, "do_flow_setpoint", 600, "C"); c.Status != promcp.StatusSuccess {
+			t.Fatalf("retry of C after its late reply = %+v, want success", c)
+		}
+	}
 	b := w.do(t, "do_flow_setpoint", 700, "B")
-	if inDoubt := f.Mode != modbusfault.Exception; window && inDoubt {
+	if inDoubt := f.Mode != modbusfault.Exception; window && inDoubt && !echo {
 		// C's frame may still land: B waits for the window's end.
 		if b.Permission != promcp.CooldownActive || !strings.Contains(b.Reason, `"C"`) {
 			t.Fatalf("B inside C's settle window = %+v, want cooldown_active naming C", b)
@@ -254,16 +265,25 @@ func wireScenario(t *testing.T, w *wireRig, f modbusfault.Fault, window bool) in
 	}
 	retryC := w.do(t, "do_flow_setpoint", 600, "C")
 	want = 700
-	if f.Mode == modbusfault.Exception {
+	switch {
+	case f.Mode == modbusfault.Exception:
 		want = 600
-	} else if retryC.Permission != promcp.Superseded {
+	case echo:
+		if retryC.Status != promcp.StatusSuccess || retryC.AppliedValue == nil {
+			t.Fatalf("retry of C after B = %+v, want C's outcome replayed", retryC)
+		}
+	case retryC.Permission != promcp.Superseded:
 		t.Fatalf("retry of C after B = %+v, want superseded", retryC)
 	}
 	if got := w.dev.Value(modbusfault.HoldingRegisters, 0); int(got) != want {
 		t.Fatalf("after B and a retry of C the device holds %d, want %d (retry answered %+v)", got, want, retryC)
 	}
 	t.Logf("FC6 frames %d after A and its retry, %d in all", frames, w.dev.Requests(6))
-	return w.dev.Writes(modbusfault.HoldingRegisters, 0)
+	calls = 5
+	if echo {
+		calls++
+	}
+	return w.dev.Writes(modbusfault.HoldingRegisters, 0), calls
 }
 
 // An in-doubt write over the wire is charged to the cooldown.
