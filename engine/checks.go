@@ -282,7 +282,7 @@ func (pt *point) quantise(v any) (any, error) {
 // nearestInside is the greatest (below set) or least value the binding holds
 // within lo..hi, as the codec will write it.
 func (e *Engine) nearestInside(pt *point, like any, lo, hi float64, below bool) (any, bool) {
-	enc, ok := pt.c.Encoding()
+	enc, ok := pt.encoding()
 	if !ok {
 		return nil, false
 	}

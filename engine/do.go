@@ -587,7 +587,7 @@ func sameValue(pt *point, got, want any) bool {
 	if p := pt.c.Precision; p != nil {
 		tol = max(tol, 0.5*math.Pow10(-*p))
 	}
-	if enc, ok := pt.c.Encoding(); ok {
+	if enc, ok := pt.encoding(); ok {
 		tol = max(tol, enc.Step/2)
 	}
 	return math.Abs(g-w) <= tol

@@ -134,10 +134,23 @@ type point struct {
 	// and do_* ask again for the same value, and encoding is exact
 	// rational arithmetic.
 	quantised struct{ in, out any }
+	// enc is c.Encoding(), made once: it builds big.Rat values, which for
+	// every do_*'s read-back were 2 % of a durable server's CPU.
+	enc struct {
+		once sync.Once
+		e    manifest.Encoding
+		ok   bool
+	}
 
 	vocab     map[string]bool // semantic tags and the words of the name, for can_do
 	nameWords []string
 	adopted   *manifest.AdoptedFrom // where an adopted capability comes from; nil for a local one
+}
+
+// encoding is pt.c.Encoding(), which never changes.
+func (pt *point) encoding() (manifest.Encoding, bool) {
+	pt.enc.once.Do(func() { pt.enc.e, pt.enc.ok = pt.c.Encoding() })
+	return pt.enc.e, pt.enc.ok
 }
 
 // reading is one read as the engine keeps it.
