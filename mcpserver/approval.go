@@ -160,13 +160,23 @@ func approvedInForm(content any) bool {
 // clientCanAsk reports whether the client declared form elicitation: per
 // request from protocol 2026-07-28 on, at initialize before.
 func clientCanAsk(ctx context.Context) bool {
-	var caps *mcp.ClientCapabilities
 	if info := server.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
-		caps = info.ClientCapabilities
-	} else if s, ok := server.ClientSessionFromContext(ctx).(server.SessionWithClientInfo); ok {
-		c := s.GetClientCapabilities()
-		caps = &c
+		return canAsk(info.ClientCapabilities)
 	}
+	return sessionCanAsk(server.ClientSessionFromContext(ctx))
+}
+
+// sessionCanAsk is clientCanAsk for a session before protocol 2026-07-28.
+func sessionCanAsk(session server.ClientSession) bool {
+	s, ok := session.(server.SessionWithClientInfo)
+	if !ok {
+		return false
+	}
+	caps := s.GetClientCapabilities()
+	return canAsk(&caps)
+}
+
+func canAsk(caps *mcp.ClientCapabilities) bool {
 	if caps == nil || caps.Elicitation == nil {
 		return false
 	}

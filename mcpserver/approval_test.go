@@ -100,13 +100,20 @@ func TestApprovalAcceptWritesOnce(t *testing.T) {
 			if version != "" {
 				opts = append(opts, client.WithProtocolVersion(version))
 			}
-			c := d.connect(t, nil, nil, opts...)
+			w := &wire{}
+			c := d.connect(t, nil, &http.Client{Transport: w}, opts...)
 			if _, err := callDo(t, c, "read_boiler_setpoint", nil); err != nil {
 				t.Fatal(err)
 			}
 			res, err := callDo(t, c, "do_boiler_setpoint", map[string]any{"value": 55})
 			if err != nil || res.IsError {
 				t.Fatalf("approved do_: %v %s", err, resultText(res))
+			}
+			// Before 2026-07-28 the server asks (elicitation/create), and the
+			// client never retries with the state (mcp-go's client would, but
+			// older clients cannot).
+			if retried := len(w.retries) > 0; retried != (version == "") {
+				t.Errorf("the call was retried with its state: %v", retried)
 			}
 			if n := d.bus.writes.Load(); n != 1 {
 				t.Errorf("%d writes, want 1", n)

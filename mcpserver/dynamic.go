@@ -36,7 +36,7 @@ func (a *adapter) followTools() {
 	toolsVersions.Store(a.server, version)
 	a.e.OnToolsChange(func() {
 		a.surface.Refresh()
-		tools, reads, err := a.serverTools()
+		tools, fast, err := a.serverTools()
 		if err != nil {
 			a.opts.Logger.Error("the tools changed and cannot be listed; the endpoint keeps its previous list", "group", a.opts.Group, "err", err)
 			return
@@ -44,7 +44,7 @@ func (a *adapter) followTools() {
 		// Cached lists are neither served nor learnt until the new list is
 		// in place, and the sessions are told (by SetTools) only then.
 		version.Add(1)
-		a.fast.setReads(reads)
+		a.fast.setTools(fast)
 		a.fast.broadcasting() // SetTools and the resources' changes tell every session
 		a.server.SetTools(tools...)
 		version.Add(1)

@@ -18,11 +18,13 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 )
 
-// read_* over streamable HTTP without mcp-go's request path. mcp-go v1.2.1
+// read_*, can_do and do_* over streamable HTTP without mcp-go's request
+// path. mcp-go v1.2.1
 // decodes a tools/call body five times (its envelope, the protocol era, the
 // base message, _meta, the CallToolRequest), starts a goroutine per POST to
 // forward notifications and encodes the result through a map; for a cached
-// read that was most of the server's work (docs/performance.md). A read_*
+// read that was most of the server's work, for a durable do_* a sixth of the
+// server's CPU (docs/performance.md). Such a
 // call in an established session of the protocols clients speak today
 // (initialize, a session) is answered here instead: the body decoded once,
 // into the CallToolRequest mcp-go would build (by its own decoder), the
@@ -31,7 +33,8 @@ import (
 // been sent a notification, as SSE. Everything else goes to mcp-go: other
 // methods and tools, batches, the 2026-07-28 era, _meta, task or multi
 // round-trip params, unknown or expired sessions, tools the caller's role
-// does not see, bodies that do not decode as a request.
+// does not see, bodies that do not decode as a request, do_* calls of
+// sessions whose client declared elicitation (setTools).
 //
 // Around the handler this does what mcp-go does for physmcpd's server: the
 // request initialization hooks (physmcpd's gate), the tool filter (the same
@@ -50,7 +53,8 @@ import (
 // otherwise to mcp-go, and remember that the session is upgraded. An
 // upgraded session, or one with a notification waiting, is answered by
 // mcp-go, which drains its channel as before. TestFastReadsAnswerAsMCPGo and
-// the tests after it send the same requests to both paths.
+// the tests after it (and TestFastCanDoAnswersAsMCPGo, TestFastDoAnswersAsMCPGo)
+// send the same requests to both paths.
 
 // fastEndpoints finds the fast path of a server New built; it holds neither.
 var fastEndpoints sync.Map // weak.Pointer[server.MCPServer] → weak.Pointer[fastReads]
@@ -67,9 +71,10 @@ type fastReads struct {
 	server *server.MCPServer
 	hooks  *server.Hooks
 	filter server.ToolFilterFunc
-	// reads are the endpoint's read_* tools; they change with an
-	// aggregator's (setReads).
-	reads atomic.Pointer[map[string]bool]
+	// tools are the endpoint's tools answered here, true for those whose
+	// handler may ask the client for a person's approval (do_*); they
+	// change with an aggregator's (setTools).
+	tools atomic.Pointer[map[string]bool]
 
 	mu       sync.Mutex
 	sessions map[string]*fastSession // registered with mcp-go, by id
@@ -95,7 +100,7 @@ type fastCall struct {
 
 func newFastReads(s *server.MCPServer, filter server.ToolFilterFunc, hooks *server.Hooks) *fastReads {
 	f := &fastReads{server: s, hooks: hooks, filter: filter, sessions: map[string]*fastSession{}}
-	f.reads.Store(&map[string]bool{})
+	f.tools.Store(&map[string]bool{})
 	hooks.AddOnRegisterSession(func(_ context.Context, session server.ClientSession) {
 		f.mu.Lock()
 		f.sessions[session.SessionID()] = &fastSession{session: session}
@@ -112,16 +117,16 @@ func newFastReads(s *server.MCPServer, filter server.ToolFilterFunc, hooks *serv
 	return f
 }
 
-// setReads has the fast path answer calls of tools, read_* tools and can_do
-// (their handlers send no progress and ask the client nothing; a mesh hop's
-// can_do carries _meta, which goes to mcp-go), and no others. A
-// call runs the handler mcp-go holds for its tool then, if it still has it.
-func (f *fastReads) setReads(tools []string) {
-	reads := make(map[string]bool, len(tools))
-	for _, t := range tools {
-		reads[t] = true
-	}
-	f.reads.Store(&reads)
+// setTools has the fast path answer calls of tools, and no others: read_*
+// and can_do, whose handlers send no progress and ask the client nothing (a
+// mesh hop's can_do carries _meta, which goes to mcp-go), and do_*, true in
+// tools, whose handler asks a client for a person's approval only when the
+// client declared elicitation: their calls in such sessions go to mcp-go,
+// which turns the question into an elicitation request for clients before
+// 2026-07-28. A call runs the handler mcp-go holds for its tool then, if it
+// still has it.
+func (f *fastReads) setTools(tools map[string]bool) {
+	f.tools.Store(&tools)
 }
 
 // fastMessage is a JSON-RPC message decoded as mcp-go decodes a tools/call:
@@ -136,7 +141,7 @@ type fastMessage struct {
 }
 
 // serve answers r, a POST of session id (open on this endpoint), if it is a
-// read_* call it can answer, and says whether it did.
+// call it can answer, and says whether it did.
 func (f *fastReads) serve(w http.ResponseWriter, r *http.Request, id string) bool {
 	if r.Method != http.MethodPost {
 		return false
@@ -153,7 +158,7 @@ func (f *fastReads) serve(w http.ResponseWriter, r *http.Request, id string) boo
 	if err != nil || !bytes.Contains(body, []byte(`"tools/call"`)) {
 		return false
 	}
-	msg, reqID, tool, ok := f.readCall(r.Context(), body)
+	msg, reqID, tool, asks, ok := f.readCall(r.Context(), body)
 	if !ok {
 		return false
 	}
@@ -161,7 +166,7 @@ func (f *fastReads) serve(w http.ResponseWriter, r *http.Request, id string) boo
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	call.cancel = cancel
-	session, ok := f.begin(id, msg.Params.Name, call)
+	session, ok := f.begin(id, msg.Params.Name, asks, call)
 	if !ok {
 		return false
 	}
@@ -213,30 +218,31 @@ func putAnswerBuffer(buf *[]byte) {
 }
 
 // readCall decodes body as a call this path answers for the caller of ctx:
-// the request, its id as mcp-go holds it (numbers as float64) and the tool
-// mcp-go holds. Any other message says false.
-func (f *fastReads) readCall(ctx context.Context, body []byte) (fastMessage, any, *server.ServerTool, bool) {
-	var msg fastMessage
+// the request, its id as mcp-go holds it (numbers as float64), the tool
+// mcp-go holds and whether its handler may ask the client (setTools: the
+// caller answers the call only for a session whose client cannot be asked).
+// Any other message says false.
+func (f *fastReads) readCall(ctx context.Context, body []byte) (msg fastMessage, reqID any, tool *server.ServerTool, asks, ok bool) {
 	if json.Unmarshal(body, &msg) != nil || msg.JSONRPC != mcp.JSONRPC_VERSION || msg.Method != string(mcp.MethodToolsCall) ||
 		len(msg.Result) > 0 || len(msg.Error) > 0 || len(msg.ID) == 0 || msg.ID[0] != '"' && msg.ID[0] != '-' && (msg.ID[0] < '0' || msg.ID[0] > '9') {
-		return msg, nil, nil, false
+		return msg, nil, nil, false, false
 	}
 	p := msg.Params
 	if p.Meta != nil || p.Task != nil || p.InputResponses != nil || p.RequestState != "" {
-		return msg, nil, nil, false
+		return msg, nil, nil, false, false
 	}
-	if !(*f.reads.Load())[p.Name] || !f.plainHooks() {
-		return msg, nil, nil, false
+	asks, fast := (*f.tools.Load())[p.Name]
+	if !fast || !f.plainHooks() {
+		return msg, nil, nil, false, false
 	}
-	tool := f.server.GetTool(p.Name)
+	tool = f.server.GetTool(p.Name)
 	if tool == nil || len(f.filter(ctx, []mcp.Tool{tool.Tool})) != 1 {
-		return msg, nil, nil, false // mcp-go answers that it has no such tool
+		return msg, nil, nil, false, false // mcp-go answers that it has no such tool
 	}
-	var reqID any
 	if json.Unmarshal(msg.ID, &reqID) != nil {
-		return msg, nil, nil, false
+		return msg, nil, nil, false, false
 	}
-	return msg, reqID, tool, true
+	return msg, reqID, tool, asks, true
 }
 
 // appendResponse appends what mcp-go's json.NewEncoder(w).Encode writes for
@@ -430,12 +436,13 @@ type fastCallKey struct{}
 // begin records call of tool as running in session id and returns the
 // session, or says that mcp-go must answer: a session it has not registered
 // (or ended), one it answers as SSE, one with notifications waiting for a
-// POST, or one with a tool of its own by that name.
-func (f *fastReads) begin(id, tool string, call *fastCall) (server.ClientSession, bool) {
+// POST, one with a tool of its own by that name, or, for a tool that asks,
+// one whose client can be asked.
+func (f *fastReads) begin(id, tool string, asks bool, call *fastCall) (server.ClientSession, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.sessions[id]
-	if s == nil || s.upgraded || len(s.session.NotificationChannel()) > 0 {
+	if s == nil || s.upgraded || len(s.session.NotificationChannel()) > 0 || asks && sessionCanAsk(s.session) {
 		return nil, false
 	}
 	if st, ok := s.session.(server.SessionWithTools); ok {

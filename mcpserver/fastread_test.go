@@ -45,6 +45,7 @@ type fastTwin struct {
 	clk     *testclock.Clock
 	bus     interface{ SetOffline(bool) }
 	hanging *hangingBus
+	audit   *auditLines
 }
 
 // fastTwins serves two tanks as serve does (protect: behind Protect, the
@@ -54,7 +55,7 @@ func fastTwins(t *testing.T, protect bool) [2]*fastTwin {
 	for i := range twins {
 		m, p := loadDevice(t, tankManifest, tankPolicy)
 		clk := testclock.New(time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC))
-		d := &fastTwin{clk: clk}
+		d := &fastTwin{clk: clk, audit: &auditLines{}}
 		buses, err := drivers.OpenAll(context.Background(), m, nil, sim.NewOpener(sim.Options{Now: clk.Now}), true)
 		if err != nil {
 			t.Fatal(err)
@@ -62,7 +63,7 @@ func fastTwins(t *testing.T, protect bool) [2]*fastTwin {
 		d.bus = buses["mb"].(interface{ SetOffline(bool) })
 		d.hanging = &hangingBus{ModbusBus: buses["mb"].(drivers.ModbusBus), entered: make(chan struct{}), released: make(chan struct{})}
 		buses["mb"] = d.hanging
-		e, err := engine.New(m, p, buses, engine.Options{Now: clk.Now, Logger: quietLogger()})
+		e, err := engine.New(m, p, buses, engine.Options{Now: clk.Now, Logger: quietLogger(), Audit: d.audit.add})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,8 +142,14 @@ func rawPost(t *testing.T, method, url, session string, headers map[string]strin
 // rawSessionOf opens a legacy session over plain HTTP and returns its id.
 func rawSessionOf(t *testing.T, url string) string {
 	t.Helper()
+	return rawSessionWith(t, url, `{}`)
+}
+
+// rawSessionWith is rawSessionOf for a client of these capabilities (JSON).
+func rawSessionWith(t *testing.T, url, capabilities string) string {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"`+
-		mcp.LATEST_LEGACY_PROTOCOL_VERSION+`","capabilities":{},"clientInfo":{"name":"twin","version":"1"}}}`))
+		mcp.LATEST_LEGACY_PROTOCOL_VERSION+`","capabilities":`+capabilities+`,"clientInfo":{"name":"twin","version":"1"}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,8 +307,8 @@ func TestFastReadsAnswerAsMCPGo(t *testing.T) {
 			}
 
 			// A session that asked for warnings is told of a refused do_*
-			// (by mcp-go, on that call's answer as SSE); from then on mcp-go
-			// answers the session's calls as SSE, reads included.
+			// (on that call's answer as SSE); from then on mcp-go answers
+			// the session's calls as SSE, reads included.
 			for i, d := range twins {
 				if a := rawPost(t, http.MethodPost, d.url, sessions[i], nil,
 					`{"jsonrpc":"2.0","id":40,"method":"logging/setLevel","params":{"level":"warning"}}`); a.status != http.StatusOK {
@@ -310,7 +317,13 @@ func TestFastReadsAnswerAsMCPGo(t *testing.T) {
 			}
 			served := mcpserver.FastReadsServed(twins[0].handler)
 			refused := fastStep{name: "refused do_* with warnings on", body: callBody("41", `{"name":"do_inflow","arguments":{"value":99,"idempotency_key":"k41"}}`)}
-			fastStepsAnswer(t, twins, sessions, []fastStep{refused})
+			if a := fastStepsAnswer(t, twins, sessions, []fastStep{refused}); !strings.HasPrefix(a.body, "event: message\n") || !strings.Contains(a.body, "notifications/message") {
+				t.Errorf("the refused do_* was not answered with its log message: %v", a)
+			}
+			if n := mcpserver.FastReadsServed(twins[0].handler); n != served+1 {
+				t.Errorf("the fast path answered %d of the refused do_* calls", n-served)
+			}
+			served++
 			if a := rawPost(t, http.MethodPost, twins[0].url, sessions[0], nil, callBody("42", `{"name":"read_level"}`)); !strings.HasPrefix(a.body, "event: message\n") {
 				t.Errorf("a read after a log message was not answered as SSE: %v", a)
 			}

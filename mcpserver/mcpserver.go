@@ -127,12 +127,12 @@ func New(e *engine.Engine, opts Options) (*server.MCPServer, error) {
 	a.fast.ownErrorHooks = 1
 	a.resources = newResources(a, s, hooks)
 	e.OnDeviceEvent(a.logDeviceEvent)
-	tools, reads, err := a.serverTools()
+	tools, fast, err := a.serverTools()
 	if err != nil {
 		return nil, err
 	}
 	s.AddTools(tools...)
-	a.fast.setReads(reads)
+	a.fast.setTools(fast)
 	if opts.ToolsChange {
 		a.followTools()
 	}
@@ -140,8 +140,8 @@ func New(e *engine.Engine, opts Options) (*server.MCPServer, error) {
 }
 
 // serverTools are the surface's tools as mcp-go serves them, with their
-// handlers, and the names of the read_* among them (fastread.go).
-func (a *adapter) serverTools() (tools []server.ServerTool, reads []string, err error) {
+// handlers, and those the fast path answers (fastread.go's setTools).
+func (a *adapter) serverTools() (tools []server.ServerTool, fast map[string]bool, err error) {
 	all, err := Tools(a.e)
 	if err != nil {
 		return nil, nil, err
@@ -153,14 +153,18 @@ func (a *adapter) serverTools() (tools []server.ServerTool, reads []string, err 
 	handlers := map[engine.ToolKind]server.ToolHandlerFunc{engine.ToolRead: a.read, engine.ToolDo: a.do, engine.ToolCanDo: a.canDo,
 		engine.ToolStart: a.start, engine.ToolStatus: a.status, engine.ToolCancel: a.cancel, engine.ToolSequence: a.sequence,
 		engine.ToolStream: a.stream}
+	fast = map[string]bool{}
 	for _, t := range a.surface.Tools() {
 		st := server.ServerTool{Tool: byName[t.Name], Handler: a.logged(a.recovered(t.Kind, handlers[t.Kind]))}
 		tools = append(tools, st)
-		if t.Kind == engine.ToolRead || t.Kind == engine.ToolCanDo {
-			reads = append(reads, t.Name)
+		switch t.Kind {
+		case engine.ToolRead, engine.ToolCanDo:
+			fast[t.Name] = false
+		case engine.ToolDo:
+			fast[t.Name] = true // it may ask for a person's approval
 		}
 	}
-	return tools, reads, nil
+	return tools, fast, nil
 }
 
 type adapter struct {

@@ -26,9 +26,10 @@ import (
 // did (into a RawMessage, for each kind of answer to a request of its own,
 // for its method), read each line on a goroutine of its own and wrote each
 // answer through fmt: a third of a proxy's CPU time per read over a serial
-// line. A read_* or can_do call that the HTTP transport's fast path would
-// answer (fastread.go: no _meta, a tool the caller sees, mcp-go's own
-// handler and encoding) is answered by it here too, without HandleMessage,
+// line. A read_*, can_do or do_* call that the HTTP transport's fast path
+// would answer (fastread.go: no _meta, a tool the caller sees, mcp-go's own
+// handler and encoding, a do_* only when the client cannot be asked for
+// approval) is answered by it here too, without HandleMessage,
 // whose five decodes of the message were a seventh of the proxy's CPU per
 // read; notifications/cancelled ends such a call as mcp-go ends its own.
 // physmcpd sends its clients no requests (sampling, elicitation as a
@@ -49,7 +50,7 @@ type stream struct {
 	limit int // MaxMessageBytes
 
 	mu    sync.Mutex
-	reads map[string]context.CancelFunc // read_* calls answered by fast, by id
+	reads map[string]context.CancelFunc // calls answered by fast, by id
 }
 
 // serveLines runs one session of s on in/out. When in ends, the tool calls
@@ -175,14 +176,14 @@ func (st *stream) readLines(ctx context.Context, in *bufio.Reader, calls chan<- 
 	}
 }
 
-// call answers a tools/call: a read_* on the fast path (fastread.go: the
+// call answers a tools/call: a read_*, can_do or do_* on the fast path (fastread.go: the
 // message decoded once, the handler mcp-go holds for the tool run as mcp-go
 // runs it, the answer encoded as mcp-go encodes it), anything else through
 // HandleMessage. A read's notifications (a log message) go on the session's
 // channel, as HandleMessage's do.
 func (st *stream) call(ctx context.Context, msg json.RawMessage) {
 	if st.fast != nil {
-		if m, reqID, tool, ok := st.fast.readCall(ctx, msg); ok {
+		if m, reqID, tool, asks, ok := st.fast.readCall(ctx, msg); ok && !(asks && sessionCanAsk(server.ClientSessionFromContext(ctx))) {
 			ctx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			key := fmt.Sprint(reqID) // as mcp-go keys its calls: "1" and 1 are one
