@@ -31,6 +31,7 @@ func TestWithMethods(t *testing.T) {
 		answer       string // part of the body; "" when passed on
 	}{
 		{"POST", `{"jsonrpc":"2.0","id":7,"method":"physmcp/echo","params":{"a":1}}`, 200, `{"id":7,"jsonrpc":"2.0","result":{"params":{"a":1}}}`},
+		{"POST", `{"jsonrpc":"2.0","id":8,"method":"physmcp\/ech\u006f"}`, 200, `{"id":8,"jsonrpc":"2.0","result":{"params":null}}`},
 		{"POST", `{"jsonrpc":"2.0","id":"x","method":"physmcp/fail"}`, 200, `"error":{"code":-32603,"message":"no mesh"}`},
 		{"POST", `{"jsonrpc":"1.0","id":1,"method":"physmcp/echo"}`, 200, `"code":-32600`},
 		{"POST", `{"jsonrpc":"2.0","method":"physmcp/echo"}`, 202, ""},
