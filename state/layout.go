@@ -253,17 +253,56 @@ func decodeOps(e []byte) ([]op, error) {
 
 // apply makes o's change in state.db.
 func apply(tx *bolt.Tx, log *slog.Logger, o op) error {
+	a := newApplier(tx, log)
+	if err := a.apply(o); err != nil {
+		return err
+	}
+	return a.done()
+}
+
+// applier makes ops' changes in one transaction. A tool's write history is
+// decoded at its first write and encoded once, by done: a checkpoint holds
+// hundreds of writes of each tool, and decoding and encoding the history for
+// every one was 1.2 % of a durable server's CPU.
+type applier struct {
+	tx        *bolt.Tx
+	log       *slog.Logger
+	histories map[string]*history // changed, to be stored by done
+}
+
+func newApplier(tx *bolt.Tx, log *slog.Logger) *applier {
+	return &applier{tx: tx, log: log, histories: map[string]*history{}}
+}
+
+func (a *applier) apply(o op) error {
 	switch o.kind {
 	case opRecord:
-		return put(tx, o.key, o.value, o.at)
+		return put(a.tx, o.key, o.value, o.at)
 	case opCharge:
-		return recordWrite(tx, log, o.key, o.write, o.keep)
+		a.history(o.key).add(o.write, o.keep)
+		return nil
 	case opSaveOperation:
-		return tx.Bucket(bucketOps).Put([]byte(o.key), o.value)
+		return a.tx.Bucket(bucketOps).Put([]byte(o.key), o.value)
 	case opDeleteOperation:
-		return tx.Bucket(bucketOps).Delete([]byte(o.key))
+		return a.tx.Bucket(bucketOps).Delete([]byte(o.key))
 	}
 	return fmt.Errorf("unknown op %d", o.kind)
+}
+
+// done stores the write histories that changed.
+func (a *applier) done() error {
+	b := a.tx.Bucket(bucketWrites)
+	for tool, h := range a.histories {
+		v, err := json.Marshal(h)
+		if err != nil {
+			return err
+		}
+		if err := b.Put([]byte(tool), v); err != nil {
+			return err
+		}
+	}
+	clear(a.histories)
+	return nil
 }
 
 // history is a point's write history as stored.
@@ -275,19 +314,28 @@ type history struct {
 	Key       string      `json:"key,omitempty"`
 }
 
-// recordWrite adds w to tool's history. Writes older than keep before w.At
-// are dropped; the latest is always kept. A history that cannot be decoded
-// is started again from w (and said so): w is already durable in the log,
-// so it must be applied, and the newest write is what a cooldown runs from.
-func recordWrite(tx *bolt.Tx, log *slog.Logger, tool string, w engine.Write, keep time.Duration) error {
-	b := tx.Bucket(bucketWrites)
-	var h history
-	if v := b.Get([]byte(tool)); v != nil {
-		if err := json.Unmarshal(v, &h); err != nil {
-			log.Error("write history unreadable; started again from the latest write", "tool", tool, "err", err)
-			h = history{}
+// history is tool's history as stored, or as changed in this transaction. A
+// history that cannot be decoded is started again (and said so): the write
+// about to be added is already durable in the log, so it must be applied,
+// and the newest write is what a cooldown runs from.
+func (a *applier) history(tool string) *history {
+	if h := a.histories[tool]; h != nil {
+		return h
+	}
+	h := &history{}
+	if v := a.tx.Bucket(bucketWrites).Get([]byte(tool)); v != nil {
+		if err := json.Unmarshal(v, h); err != nil {
+			a.log.Error("write history unreadable; started again from the latest write", "tool", tool, "err", err)
+			*h = history{}
 		}
 	}
+	a.histories[tool] = h
+	return h
+}
+
+// add adds w to the history. Writes older than keep before w.At are
+// dropped; the latest is always kept.
+func (h *history) add(w engine.Write, keep time.Duration) {
 	if !w.At.Before(h.Last) {
 		h.Last, h.LastValue = w.At, w.Value
 	}
@@ -303,9 +351,4 @@ func recordWrite(tx *bolt.Tx, log *slog.Logger, tool string, w engine.Write, kee
 		}
 	}
 	h.Writes = kept
-	v, err := json.Marshal(h)
-	if err != nil {
-		return err
-	}
-	return b.Put([]byte(tool), v)
 }

@@ -162,16 +162,20 @@ func (s *Store) openLog(p paths, in inspection) (*logWriter, error) {
 	}
 	next := nextLap(end, h.ring)
 	err = s.db.Update(func(tx *bolt.Tx) error {
+		a := newApplier(tx, s.log)
 		for _, e := range entries {
 			ops, err := decodeOps(e)
 			if err != nil {
 				return fmt.Errorf("an entry of %s that reads back whole cannot be decoded: %w", p.log, err)
 			}
 			for _, o := range ops {
-				if err := apply(tx, s.log, o); err != nil {
+				if err := a.apply(o); err != nil {
 					return err
 				}
 			}
+		}
+		if err := a.done(); err != nil {
+			return err
 		}
 		return setApplied(tx, next)
 	})
@@ -246,10 +250,14 @@ func (s *Store) checkpoint() (pruned int, err error) {
 		return 0, nil
 	}
 	err = s.db.Update(func(tx *bolt.Tx) error {
+		a := newApplier(tx, s.log)
 		for _, p := range ops {
-			if err := apply(tx, s.log, p.op); err != nil {
+			if err := a.apply(p.op); err != nil {
 				return err
 			}
+		}
+		if err := a.done(); err != nil {
+			return err
 		}
 		if pruned, err = prune(tx, s.now().Add(-engine.KeyRetention)); err != nil {
 			return err
