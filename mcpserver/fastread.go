@@ -91,7 +91,7 @@ type fastSession struct {
 	calls    []*fastCall // answered here, running
 }
 
-// fastCall is a read running on the fast path.
+// fastCall is a call running on the fast path.
 type fastCall struct {
 	id     any // the request's, as mcp-go holds it
 	cancel context.CancelFunc

@@ -208,9 +208,9 @@ func (st *stream) call(ctx context.Context, msg json.RawMessage) {
 	st.w.send(st.s.HandleMessage(ctx, msg))
 }
 
-// cancelRead ends the read answered on the fast path that a
+// cancelRead ends the call answered on the fast path that a
 // notifications/cancelled names, as mcp-go ends its own calls (it then
-// handles the notification as before).
+// handles the notification as before); a do_* finishes its write either way.
 func (st *stream) cancelRead(reqID any) {
 	if reqID == nil {
 		return
