@@ -21,6 +21,24 @@ import (
 // capability names have none of these characters.
 func isPattern(key string) bool { return strings.ContainsAny(key, "*?[") }
 
+// mayMatchTool reports whether a pattern may match some tool name: its
+// literal start must fit read_ or do_. A pattern written like a capability
+// name (gh?_vent_fan) matches none, and under a manifest that adopts it
+// would only be reported as unmatched while the tools it was meant for are
+// served without its rules.
+func mayMatchTool(pattern string) bool {
+	lit := pattern
+	if i := strings.IndexAny(pattern, `*?[\`); i >= 0 {
+		lit = pattern[:i]
+	}
+	for _, prefix := range []string{"read_", "do_"} {
+		if strings.HasPrefix(prefix, lit) || strings.HasPrefix(lit, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
 // Rules returns the rules for a tool (by tool name), or nil: its own entry,
 // else the first pattern in the file that matches it.
 func (p *Policy) Rules(tool string) []*Rule {

@@ -157,6 +157,10 @@ func TestNamesExpectedFromAdoption(t *testing.T) {
 	for _, c := range []struct{ name, entry, msg string }{
 		{"capability name", "  gh1_vent_fan:\n    rules: [{type: permission, require: [admin]}]\n", "a tool adopted from a source is named by its tool name"},
 		{"no tool name", "  do_Gh1:\n    rules: [{type: permission, require: [admin]}]\n", "a tool adopted from a source is named by its tool name"},
+		// A pattern written like a capability name matches no tool: the
+		// tools it was meant for would be served without its rules.
+		{"pattern of capability names", "  \"gh?_vent_fan\":\n    rules: [{type: permission, require: [admin]}]\n", `the pattern "gh?_vent_fan" can match no tool name`},
+		{"pattern of another prefix", "  \"write_*\":\n    rules: [{type: permission, require: [admin]}]\n", `the pattern "write_*" can match no tool name`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p, diags := Parse("p.yml", []byte("physmcp_policy_version: \"0.1\"\ncapabilities:\n"+c.entry), m)

@@ -198,6 +198,10 @@ func (v *validator) capabilities() {
 				v.errorf(tp.At.Key, path, "%q is not a valid pattern: %v (a pattern uses * for any run of characters, ? for one, [...] for one of a set)", key, err)
 				continue
 			}
+			if !mayMatchTool(key) {
+				v.errorf(tp.At.Key, path, "the pattern %q can match no tool name: a pattern matches whole tool names, which start with read_ or do_ (do_gh?_vent_fan, not gh?_vent_fan)", key)
+				continue
+			}
 			tp.Tool = key
 			v.rules(path, tp)
 			p.Patterns = append(p.Patterns, tp)
