@@ -75,7 +75,12 @@ func (e *Engine) do(ctx context.Context, caller Caller, pt *point, req promcp.Do
 	}
 
 	fp := fingerprint(tool, value)
-	release, err := e.claim(ctx, key)
+	release, err := e.claim(ctx, key, fp)
+	if busy := (*keyBusy)(nil); errors.As(err, &busy) && busy.fp != fp {
+		// A retry would be refused as a different request once that call
+		// is recorded: say so now rather than promise its outcome.
+		return e.refuse(pt, key, "", fmt.Sprintf("idempotency_key %q is in use by a call for a different request (%v); nothing was written: use a new key for a new action", key, err))
+	}
 	if err != nil {
 		outcome = OutcomeInDoubt
 		return e.stillRunning(pt, key, err)
@@ -266,14 +271,20 @@ func (e *Engine) awaitLateReply(pt *point, key string, seq uint64, late *drivers
 		if !late.Applied() {
 			return
 		}
+		rec, ok := e.idem.Load(key)
+		if !ok || !rec.InDoubt || rec.Seq != seq {
+			return // settled meanwhile
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), pt.late+pt.c.Timeout())
 		defer cancel()
-		release, err := e.claim(ctx, key)
+		// the key's request, so a retry of it that finds the key held here
+		// is answered as the same request
+		release, err := e.claim(ctx, key, rec.Fingerprint)
 		if err != nil {
 			return
 		}
 		defer release()
-		rec, ok := e.idem.Load(key)
+		rec, ok = e.idem.Load(key)
 		if !ok || !rec.InDoubt || rec.Seq != seq {
 			return // settled meanwhile
 		}

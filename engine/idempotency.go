@@ -84,12 +84,15 @@ func fingerprint(tool string, value any) string {
 type keyedCall struct {
 	done  chan struct{}
 	began time.Time // when the call claimed the key (the engine's clock)
+	fp    string    // the request it works on (fingerprint)
 }
 
 // keyBusy says a call gave up waiting for another call with its key: its
-// context ended (err) while that call, begun at began, was still running.
+// context ended (err) while that call, begun at began for the request fp,
+// was still running.
 type keyBusy struct {
 	began time.Time
+	fp    string
 	err   error
 }
 
@@ -97,16 +100,17 @@ func (b *keyBusy) Error() string {
 	return fmt.Sprintf("a call with this key has been running since %s (%v)", promcp.Time(b.began), b.err)
 }
 
-// claim makes the caller the only one working on key; it returns a release
+// claim makes the caller, working on the request fp, the only one working
+// on key; it returns a release
 // function, or waits for the call already working on it, at most until ctx
 // ends: a caller's deadline bounds its wait for another call as it bounds its
 // own transactions.
-func (e *Engine) claim(ctx context.Context, key string) (release func(), err error) {
+func (e *Engine) claim(ctx context.Context, key, fp string) (release func(), err error) {
 	for {
 		e.inflight.Lock()
 		c, busy := e.running[key]
 		if !busy {
-			c = &keyedCall{done: make(chan struct{}), began: e.now()}
+			c = &keyedCall{done: make(chan struct{}), began: e.now(), fp: fp}
 			e.running[key] = c
 			e.inflight.Unlock()
 			return func() {
@@ -120,7 +124,7 @@ func (e *Engine) claim(ctx context.Context, key string) (release func(), err err
 		select {
 		case <-c.done:
 		case <-ctx.Done():
-			return nil, &keyBusy{began: c.began, err: ctx.Err()}
+			return nil, &keyBusy{began: c.began, fp: c.fp, err: ctx.Err()}
 		}
 	}
 }

@@ -73,3 +73,36 @@ func TestSameKeyWaitsOnlyUntilItsDeadline(t *testing.T) {
 		t.Fatalf("%d writes applied, %d FC6 frames; want 1 and 1", n, frames)
 	}
 }
+
+// A call with a key whose first call, for another value, is still on the
+// wire does not promise the first's outcome to a retry (a retry with its own
+// value is refused as a different request): it is refused as a key reused
+// for a different request, and nothing is written by it.
+func TestSameKeyOtherRequestWhileRunning(t *testing.T) {
+	s := modbusfault.StartTCP(t)
+	w := wireRigOn(t, s.Device, fmt.Sprintf("{type: modbus-tcp, address: %q, timeout_ms: 30000}", s.Addr()), engine.Options{})
+	hold := make(chan struct{})
+	s.Inject(modbusfault.Fault{Mode: modbusfault.Delay, Match: modbusfault.At(6, 0), Times: 1, Hold: hold})
+
+	first := make(chan promcp.DoResponse, 1)
+	go func() { first <- w.do(t, "do_flow_setpoint", 500, "A") }()
+	w.await(t, func(ctx context.Context) error { return s.AwaitRequests(ctx, 6, 1) })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	resp, err := w.e.Do(ctx, operator, "do_flow_setpoint", promcp.DoRequest{Value: 600, IdempotencyKey: "A"})
+	cancel()
+	close(hold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Status != promcp.StatusFailed || resp.Permission == promcp.SourceUnreachable || resp.AppliedValue != nil ||
+		!strings.Contains(resp.Reason, "different request") || strings.Contains(resp.Reason, "returns that call's outcome") {
+		t.Fatalf("another value with the key while the first is on the wire = %+v, want refused as a different request", resp)
+	}
+	if a := <-first; a.Status != promcp.StatusSuccess || a.AppliedValue != int64(500) {
+		t.Fatalf("first call = %+v, want success with 500", a)
+	}
+	if n := s.Requests(6); n != 1 {
+		t.Fatalf("%d FC6 frames, want 1", n)
+	}
+}

@@ -52,7 +52,7 @@ func (e *Engine) Sequence(ctx context.Context, caller Caller, tool string, req p
 		return refuse(d.permission, "%s", d.reason)
 	}
 	fp := fingerprint(tool, nil)
-	release, _ := e.claim(context.WithoutCancel(ctx), key) // waits for a call with this key past ctx's deadline
+	release, _ := e.claim(context.WithoutCancel(ctx), key, fp) // waits for a call with this key past ctx's deadline
 	defer release()
 	op, rec, found := e.ops.byKeyGet(key)
 	switch {

@@ -83,7 +83,7 @@ func (e *Engine) Start(ctx context.Context, caller Caller, tool string, req prom
 		return refuse("", "duration_ms applies to a run; %s is a %s", tool, o.Shape())
 	}
 	fp := fingerprint(tool, map[string]any{"value": value, "duration_ms": req.DurationMs})
-	release, _ := e.claim(context.WithoutCancel(ctx), key) // waits for a call with this key past ctx's deadline
+	release, _ := e.claim(context.WithoutCancel(ctx), key, fp) // waits for a call with this key past ctx's deadline
 	defer release()
 	if _, rec, ok := e.ops.byKeyGet(key); ok {
 		if rec.Fingerprint != fp {
@@ -453,7 +453,7 @@ func (e *Engine) Cancel(ctx context.Context, caller Caller, tool string, req pro
 		return refuse(d.permission, "%s", d.reason)
 	}
 	fp := fingerprint(tool, req.OperationID)
-	release, _ := e.claim(context.WithoutCancel(ctx), key) // waits for a call with this key past ctx's deadline
+	release, _ := e.claim(context.WithoutCancel(ctx), key, fp) // waits for a call with this key past ctx's deadline
 	defer release()
 	if rec, ok := e.idem.Load(key); ok {
 		if rec.Fingerprint != fp {
