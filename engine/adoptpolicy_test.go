@@ -82,3 +82,53 @@ capabilities:
 		t.Error("do_pump_speed does not follow its entry: admin only")
 	}
 }
+
+// A device that leaves (Unadopt) and comes back keeps its tools' write
+// history though the engine persists none (no Limits store, as the lite
+// profile runs): its cooldown and the policy's rate rule still count the
+// write made before it left.
+func TestReadoptionKeepsWriteHistoryInMemory(t *testing.T) {
+	m, diags := manifest.Parse("agg.yml", []byte(`physmcp_version: "0.1"
+profile: aggregator
+device: {id: agg, type: aggregator, location: {zone: site}}
+buses:
+  dev1: {type: mcp, url: "http://127.0.0.1:9/mcp", adopt: {tools: all, group: zone_a}}
+capabilities: []
+`))
+	if m == nil || diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	p, diags := policy.Parse("agg.policy.yml", []byte(`physmcp_policy_version: "0.1"
+capabilities:
+  "do_fan_*":
+    rules: [{type: rate, max: 1/hour}]
+`), m)
+	if p == nil || len(diags) != 0 {
+		t.Fatalf("policy: %v", diags)
+	}
+	e, err := engine.New(m, p, map[string]drivers.Bus{}, engine.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	bus := &manifest.Bus{Name: "dev1", Type: manifest.BusMCP, MCP: &manifest.MCPBus{URL: "http://127.0.0.1:9/mcp"}}
+	ctx := context.Background()
+	first := &fakeSource{values: map[string]any{"read_fan_speed": 10.0}}
+	if err := e.Adopt(bus, first, adoptedCaps("dev1", "read_fan_speed", "do_fan_speed"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := e.Do(ctx, operator, "do_fan_speed", promcp.DoRequest{Value: 20.0, IdempotencyKey: "k1"}); r.Status != promcp.StatusSuccess {
+		t.Fatalf("first write: %+v", r)
+	}
+	if err := e.Unadopt("dev1"); err != nil {
+		t.Fatal(err)
+	}
+	again := &fakeSource{values: map[string]any{"read_fan_speed": 20.0}}
+	if err := e.Adopt(bus, again, adoptedCaps("dev1", "read_fan_speed", "do_fan_speed"), nil); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := e.Do(ctx, operator, "do_fan_speed", promcp.DoRequest{Value: 30.0, IdempotencyKey: "k2"})
+	if r.Status != promcp.StatusFailed || r.Permission != promcp.CooldownActive && r.Permission != promcp.RateLimited || again.writes != 0 {
+		t.Fatalf("a write after the device came back, within the cooldown and the 1/hour rate: %+v, %d writes; want refused", r, again.writes)
+	}
+}

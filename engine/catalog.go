@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -124,7 +125,8 @@ func (e *Engine) Serves(tool string) bool { return e.catalog().served[tool] }
 // Adopt serves caps, bound to b, as the capabilities of bus (an mcp bus:
 // src says where it adopts from), in place of whatever bus served before:
 // a device learned while the daemon runs, or adopted again after its
-// capabilities changed. A tool kept across the change keeps its cooldown
+// capabilities changed. A tool its bus served before (kept across the
+// change, or retired by an earlier Unadopt or adoption) keeps its cooldown
 // and rate-limit history; a tool new to this run gets its persisted
 // history back. Every tool name must be free on this device. notServed are
 // the device's capabilities it does not serve (their names are others', or
@@ -176,7 +178,7 @@ func (e *Engine) Adopt(src *manifest.Bus, b drivers.Bus, caps []*manifest.Capabi
 		if c.Kind != manifest.KindDo {
 			continue
 		}
-		if before := old.points[pt.tool]; before != nil && before.c.Binding.Bus == src.Name {
+		if before := cmp.Or(old.points[pt.tool], e.left[pt.tool]); before != nil && before.c.Binding.Bus == src.Name {
 			before.mu.Lock()
 			pt.writes, pt.lastWrite = slices.Clone(before.writes), before.lastWrite
 			before.mu.Unlock()
@@ -194,6 +196,7 @@ func (e *Engine) Adopt(src *manifest.Bus, b drivers.Bus, caps []*manifest.Capabi
 			pt.site.note(pt.tool, Write{At: h.Last, Value: h.LastValue, Seq: h.Seq, Key: h.Key})
 		}
 	}
+	e.keepHistory(retired)
 	next.seal(e.p)
 	e.warnUnmatched(next)
 	// The new bus starts with a closed breaker: a device that came back,
@@ -225,6 +228,7 @@ func (e *Engine) Unadopt(bus string) error {
 		return fmt.Errorf("unadopt: bus %s is a %s bus of the manifest", bus, ob.Type)
 	}
 	next, retired := old.without(bus)
+	e.keepHistory(retired)
 	delete(next.m.Buses, bus)
 	delete(next.buses, bus)
 	delete(next.busCounts, bus)
@@ -273,6 +277,16 @@ func (e *Engine) retire(pts []*point, why string) {
 	for _, pt := range pts {
 		if w := pt.watch.Load(); w != nil {
 			w.cancel()
+		}
+	}
+}
+
+// keepHistory keeps the retired do points pts in e.left (under adoptMu),
+// whose write history Adopt gives back to their tools.
+func (e *Engine) keepHistory(pts []*point) {
+	for _, pt := range pts {
+		if pt.c.Kind == manifest.KindDo {
+			e.left[pt.tool] = pt
 		}
 	}
 }

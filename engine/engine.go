@@ -70,6 +70,11 @@ type Engine struct {
 	// points of every catalog (written under it).
 	adoptMu sync.Mutex
 	sites   map[string]*site // by location
+	// left are the do points retired from an adopted bus, by tool (under
+	// adoptMu): a tool its bus offers again takes their write history, so
+	// a device that left and came back keeps its cooldown and rate windows
+	// though no Limits store persists them.
+	left map[string]*point
 	// unmatchedLogged is catalog.unmatched as last logged (under adoptMu).
 	unmatchedLogged string
 	onChangeMu      sync.Mutex
@@ -181,6 +186,7 @@ func New(m *manifest.Manifest, p *policy.Policy, buses map[string]drivers.Bus, o
 		history: opts.Limits,
 		auditFn: opts.Audit,
 		sites:   map[string]*site{},
+		left:    map[string]*point{},
 		running: map[string]*keyedCall{},
 	}
 	if e.now == nil {
