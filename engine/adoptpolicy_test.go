@@ -20,17 +20,7 @@ import (
 // line; the others follow their pattern's rules; names that apply to no tool
 // are listed, and are gone from the list once a device offers a tool for them.
 func TestPolicyOnToolsAdoptedAtStart(t *testing.T) {
-	m, diags := manifest.Parse("agg.yml", []byte(`physmcp_version: "0.1"
-profile: aggregator
-device: {id: agg, type: aggregator, location: {zone: site}}
-buses:
-  dev1: {type: mcp, url: "http://127.0.0.1:9/mcp", adopt: {tools: all, group: zone_a}}
-capabilities: []
-`))
-	if m == nil || diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	p, diags := policy.Parse("agg.policy.yml", []byte(`physmcp_policy_version: "0.1"
+	m, p := aggregatorUnder(t, `physmcp_policy_version: "0.1"
 capabilities:
   "do_fan_*":
     rules: [{type: permission, require: [supervisor]}]
@@ -38,10 +28,7 @@ capabilities:
     rules: [{type: rate, max: 1/hour}]
   do_pump_speed:
     rules: [{type: permission, require: [admin]}]
-`), m)
-	if p == nil || len(diags) != 0 {
-		t.Fatalf("policy: %v", diags)
-	}
+`)
 	m.Capabilities = adoptedCaps("dev1", "read_fan_speed", "do_fan_speed") // as adopt.Expand adds them
 	src := &fakeSource{values: map[string]any{"read_fan_speed": 10.0}}
 	e, err := engine.New(m, p, map[string]drivers.Bus{"dev1": src}, engine.Options{Logger: quiet})
@@ -88,24 +75,11 @@ capabilities:
 // profile runs): its cooldown and the policy's rate rule still count the
 // write made before it left.
 func TestReadoptionKeepsWriteHistoryInMemory(t *testing.T) {
-	m, diags := manifest.Parse("agg.yml", []byte(`physmcp_version: "0.1"
-profile: aggregator
-device: {id: agg, type: aggregator, location: {zone: site}}
-buses:
-  dev1: {type: mcp, url: "http://127.0.0.1:9/mcp", adopt: {tools: all, group: zone_a}}
-capabilities: []
-`))
-	if m == nil || diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	p, diags := policy.Parse("agg.policy.yml", []byte(`physmcp_policy_version: "0.1"
+	m, p := aggregatorUnder(t, `physmcp_policy_version: "0.1"
 capabilities:
   "do_fan_*":
     rules: [{type: rate, max: 1/hour}]
-`), m)
-	if p == nil || len(diags) != 0 {
-		t.Fatalf("policy: %v", diags)
-	}
+`)
 	e, err := engine.New(m, p, map[string]drivers.Bus{}, engine.Options{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -131,4 +105,25 @@ capabilities:
 	if r.Status != promcp.StatusFailed || r.Permission != promcp.CooldownActive && r.Permission != promcp.RateLimited || again.writes != 0 {
 		t.Fatalf("a write after the device came back, within the cooldown and the 1/hour rate: %+v, %d writes; want refused", r, again.writes)
 	}
+}
+
+// aggregatorUnder is an aggregator's manifest that adopts bus dev1, and the
+// policy text read under it (which must have no findings).
+func aggregatorUnder(t *testing.T, policyText string) (*manifest.Manifest, *policy.Policy) {
+	t.Helper()
+	m, diags := manifest.Parse("agg.yml", []byte(`physmcp_version: "0.1"
+profile: aggregator
+device: {id: agg, type: aggregator, location: {zone: site}}
+buses:
+  dev1: {type: mcp, url: "http://127.0.0.1:9/mcp", adopt: {tools: all, group: zone_a}}
+capabilities: []
+`))
+	if m == nil || diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	p, diags := policy.Parse("agg.policy.yml", []byte(policyText), m)
+	if p == nil || len(diags) != 0 {
+		t.Fatalf("policy: %v", diags)
+	}
+	return m, p
 }

@@ -17,16 +17,7 @@ import (
 // when to retry); the first completes as usual, and a third call replays its
 // outcome. Before, the second waited for the first whatever its deadline.
 func TestSameKeyWaitsOnlyUntilItsDeadline(t *testing.T) {
-	s := modbusfault.StartTCP(t)
-	// The first write's reply is held at the device, for well under the 5 s
-	// the write may take (the capability's timeout; the bus's is longer).
-	w := wireRigOn(t, s.Device, fmt.Sprintf("{type: modbus-tcp, address: %q, timeout_ms: 30000}", s.Addr()), engine.Options{})
-	hold := make(chan struct{})
-	s.Inject(modbusfault.Fault{Mode: modbusfault.Delay, Match: modbusfault.At(6, 0), Times: 1, Hold: hold})
-
-	first := make(chan promcp.DoResponse, 1)
-	go func() { first <- w.do(t, "do_flow_setpoint", 500, "A") }()
-	w.await(t, func(ctx context.Context) error { return s.AwaitRequests(ctx, 6, 1) })
+	w, s, hold, first := firstWriteHeld(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -79,14 +70,7 @@ func TestSameKeyWaitsOnlyUntilItsDeadline(t *testing.T) {
 // value is refused as a different request): it is refused as a key reused
 // for a different request, and nothing is written by it.
 func TestSameKeyOtherRequestWhileRunning(t *testing.T) {
-	s := modbusfault.StartTCP(t)
-	w := wireRigOn(t, s.Device, fmt.Sprintf("{type: modbus-tcp, address: %q, timeout_ms: 30000}", s.Addr()), engine.Options{})
-	hold := make(chan struct{})
-	s.Inject(modbusfault.Fault{Mode: modbusfault.Delay, Match: modbusfault.At(6, 0), Times: 1, Hold: hold})
-
-	first := make(chan promcp.DoResponse, 1)
-	go func() { first <- w.do(t, "do_flow_setpoint", 500, "A") }()
-	w.await(t, func(ctx context.Context) error { return s.AwaitRequests(ctx, 6, 1) })
+	w, s, hold, first := firstWriteHeld(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	resp, err := w.e.Do(ctx, operator, "do_flow_setpoint", promcp.DoRequest{Value: 600, IdempotencyKey: "A"})
@@ -105,4 +89,19 @@ func TestSameKeyOtherRequestWhileRunning(t *testing.T) {
 	if n := s.Requests(6); n != 1 {
 		t.Fatalf("%d FC6 frames, want 1", n)
 	}
+}
+
+// firstWriteHeld starts a do_flow_setpoint 500 with key A whose FC6 reply
+// the device holds until hold is closed (well under the 5 s the write may
+// take: the capability's timeout; the bus's is longer), and returns once the
+// frame is at the device; first gets the call's answer.
+func firstWriteHeld(t *testing.T) (w *wireRig, s *modbusfault.TCP, hold chan struct{}, first chan promcp.DoResponse) {
+	s = modbusfault.StartTCP(t)
+	w = wireRigOn(t, s.Device, fmt.Sprintf("{type: modbus-tcp, address: %q, timeout_ms: 30000}", s.Addr()), engine.Options{})
+	hold = make(chan struct{})
+	s.Inject(modbusfault.Fault{Mode: modbusfault.Delay, Match: modbusfault.At(6, 0), Times: 1, Hold: hold})
+	first = make(chan promcp.DoResponse, 1)
+	go func() { first <- w.do(t, "do_flow_setpoint", 500, "A") }()
+	w.await(t, func(ctx context.Context) error { return s.AwaitRequests(ctx, 6, 1) })
+	return w, s, hold, first
 }
