@@ -139,6 +139,7 @@ var wireModes = []modbusfault.Fault{
 	{Mode: modbusfault.ApplyDrop}, {Mode: modbusfault.ApplyNoReply}, {Mode: modbusfault.ApplyFIN},
 	{Mode: modbusfault.ApplyRST}, {Mode: modbusfault.Hang}, {Mode: modbusfault.Delay},
 	{Mode: modbusfault.Exception, Code: 3}, {Mode: modbusfault.Garble}, {Mode: modbusfault.Mismatch},
+	{Mode: modbusfault.ApplyException, Code: 11},
 }
 
 // faulted makes a call that meets fault on its FC6 write, then lets the
@@ -206,7 +207,7 @@ func TestWireFaultsOneWritePerCall(t *testing.T) {
 	}
 	wg.Wait()
 	t.Cleanup(func() {
-		fmt.Printf("engine wire faults: %d scenarios (9 fault modes x retries 0,1,3 x TCP/RTU), %d do_* calls, %d writes applied, 0 applied twice\n", scenarios, calls, applied)
+		fmt.Printf("engine wire faults: %d scenarios (%d fault modes x retries 0,1,3 x TCP/RTU), %d do_* calls, %d writes applied, 0 applied twice\n", scenarios, len(wireModes), calls, applied)
 	})
 }
 

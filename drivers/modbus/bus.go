@@ -19,7 +19,9 @@
 // on the bus) returns an error wrapping drivers.ErrInDoubt: the device may
 // have applied it, and only reading the device can tell. A write that fails
 // otherwise (connect refused, cancelled while queued) was never sent; an
-// exception reply is *drivers.ModbusException (refused, not applied). On
+// exception reply is *drivers.ModbusException (refused, not applied), except
+// those that may come after the device acted (exceptionInDoubt), which wrap
+// drivers.ErrInDoubt too. On
 // Modbus TCP a write whose deadline passed leaves its connection listening
 // for the reply until the bus's late_write_ms has passed: the error is then
 // a *drivers.LateReply, which tells whether a late echo proved it applied.
@@ -538,6 +540,9 @@ func (b *Bus) transact(batch []*request, op *request) result {
 		}
 		res = b.exchange(deadline, op)
 		if res.err == nil || isException(res.err) {
+			if !op.kind.isRead() && exceptionInDoubt(res.err) {
+				res.err = fmt.Errorf("%w (the device may have acted before it answered): %w", drivers.ErrInDoubt, res.err)
+			}
 			return res
 		}
 		b.tr.fault()

@@ -84,6 +84,18 @@ func isException(err error) bool {
 	return errors.As(err, &me)
 }
 
+// exceptionInDoubt reports whether a write answered with exception err may
+// have been applied all the same: 4 (server device failure: it may have
+// failed while acting), 5 (acknowledge: accepted, to be done later) and 11
+// (gateway target failed to respond: the target had the frame, and its reply
+// came too late for the gateway, or was lost). The others (illegal function,
+// address or value; busy; a gateway path unavailable) refuse the request
+// before it is acted on.
+func exceptionInDoubt(err error) bool {
+	var me *drivers.ModbusException
+	return errors.As(err, &me) && (me.Code == 4 || me.Code == 5 || me.Code == 11)
+}
+
 // notSentError marks a transport failure that happened before any byte of
 // the request left (connect failed, port could not be opened or flushed,
 // deadline passed first): a write that failed so was certainly not applied.

@@ -139,6 +139,9 @@ var faultCases = []faultCase{
 	{name: "delay-short", fault: modbusfault.Fault{Mode: modbusfault.Delay, Delay: faultTimeout / 10}, applied: true},
 	{name: "delay-long", fault: modbusfault.Fault{Mode: modbusfault.Delay, Delay: 3 * faultTimeout / 2}, applied: true, inDoubt: true, cause: drivers.ErrTimeout},
 	{name: "exception", fault: modbusfault.Fault{Mode: modbusfault.Exception, Code: 3}},
+	{name: "busy", fault: modbusfault.Fault{Mode: modbusfault.Exception, Code: 6}},
+	{name: "gateway-applied-too-late", fault: modbusfault.Fault{Mode: modbusfault.ApplyException, Code: 11}, applied: true, inDoubt: true},
+	{name: "device-failed-after-acting", fault: modbusfault.Fault{Mode: modbusfault.ApplyException, Code: 4}, applied: true, inDoubt: true},
 	{name: "garble", fault: modbusfault.Fault{Mode: modbusfault.Garble}, applied: true, inDoubt: true},
 	{name: "mismatch", fault: modbusfault.Fault{Mode: modbusfault.Mismatch}, applied: true, inDoubt: true},
 	{name: "late-apply", fault: modbusfault.Fault{Mode: modbusfault.LateApply, Delay: 3 * faultTimeout / 2}, applied: true, inDoubt: true, cause: drivers.ErrTimeout},
@@ -237,8 +240,12 @@ func writeUnderFault(t *testing.T, fb faultBus, fc faultCase, op writeOp) {
 	}
 	switch {
 	case fc.fault.Mode == modbusfault.Exception:
-		if !isExc || exc.Code != 3 || exc.Function != op.fc || errors.Is(err, drivers.ErrInDoubt) {
-			t.Errorf("FC%d: err = %v, want exception 3 to FC%d, not in doubt", op.fc, err, op.fc)
+		if !isExc || exc.Code != fc.fault.Code || exc.Function != op.fc || errors.Is(err, drivers.ErrInDoubt) {
+			t.Errorf("FC%d: err = %v, want exception %d to FC%d, not in doubt", op.fc, err, fc.fault.Code, op.fc)
+		}
+	case fc.fault.Mode == modbusfault.ApplyException:
+		if !isExc || exc.Code != fc.fault.Code || !errors.Is(err, drivers.ErrInDoubt) {
+			t.Errorf("FC%d: err = %v, want exception %d, in doubt", op.fc, err, fc.fault.Code)
 		}
 	case fc.inDoubt:
 		if !errors.Is(err, drivers.ErrInDoubt) || isExc {
@@ -371,7 +378,7 @@ func TestFaultReadsStillRetry(t *testing.T) {
 
 		wantFrames, recovers := 1, false
 		switch m := fc.fault.Mode; {
-		case m == modbusfault.Exception: // an answer: never retried
+		case m == modbusfault.Exception || m == modbusfault.ApplyException: // an answer: never retried
 		case (m == modbusfault.Delay || m == modbusfault.LateApply) && fc.fault.Delay < faultTimeout:
 			recovers = true
 		case retries > 0:

@@ -60,10 +60,15 @@ const (
 	// Fault.Delay (or once Fault.Hold is closed), as a TCP-to-RTU gateway
 	// answers 11 (target failed to respond) after its own timeout.
 	LateException
+	// ApplyException: apply, then answer with exception Fault.Code, as a
+	// TCP-to-RTU gateway answers 11 when its target applied the write but
+	// answered after the gateway's own timeout, or a device answers 4
+	// (server device failure) when it failed after acting.
+	ApplyException
 )
 
 var modeNames = [...]string{"normal", "apply-drop", "apply-no-reply", "apply-fin", "apply-rst", "hang", "delay",
-	"exception", "garble", "mismatch", "late-apply", "late-exception"}
+	"exception", "garble", "mismatch", "late-apply", "late-exception", "apply-exception"}
 
 func (m Mode) String() string {
 	if m < 0 || int(m) >= len(modeNames) {
@@ -109,8 +114,8 @@ type Fault struct {
 	// has given up, so the reply (the write) is late however slowly either
 	// side is scheduled.
 	Hold <-chan struct{}
-	// Code is the exception code for Exception and LateException modes (0
-	// means 4, server device failure).
+	// Code is the exception code for Exception, LateException and
+	// ApplyException modes (0 means 4, server device failure).
 	Code uint8
 }
 
@@ -303,8 +308,11 @@ func (d *Device) handle(unit uint8, pdu []byte) outcome {
 		}}
 	}
 	reply := d.apply(r, payload)
-	if f.Mode == Mismatch {
+	switch f.Mode {
+	case Mismatch:
 		reply[0] = swapped[reply[0]]
+	case ApplyException:
+		reply = []byte{r.Function | 0x80, f.Code}
 	}
 	return outcome{mode: f.Mode, pdu: reply, delay: f.Delay, hold: f.Hold}
 }
@@ -324,7 +332,7 @@ func (d *Device) take(r Request) Fault {
 				d.faults = append(d.faults[:i], d.faults[i+1:]...)
 			}
 		}
-		if (out.Mode == Exception || out.Mode == LateException) && out.Code == 0 {
+		if (out.Mode == Exception || out.Mode == LateException || out.Mode == ApplyException) && out.Code == 0 {
 			out.Code = 4
 		}
 		return out
