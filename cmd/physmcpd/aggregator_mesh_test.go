@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -157,10 +159,17 @@ func TestAggregatorOverTheMesh(t *testing.T) {
 	})
 	// Clients of both protocol eras are told: a 2026-07-28 one on its
 	// subscriptions/listen stream, an older one on its session's GET stream.
+	// Each waits until its stream is open: the server acknowledged the
+	// subscription, or answered the GET.
 	listening := listChanges(t, zoneA, true)
-	legacy := client.NewClient(legacyTransport(t, base+"/mcp/greenhouse_a"), client.WithProtocolVersion(mcp.ProtocolVersion20251125))
+	tr, getOpen := legacyTransport(t, base+"/mcp/greenhouse_a")
+	legacy := client.NewClient(tr, client.WithProtocolVersion(mcp.ProtocolVersion20251125))
 	legacyChanged := listChanges(t, initialized(t, legacy), false)
-	time.Sleep(500 * time.Millisecond) // the streams open
+	select {
+	case <-getOpen:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the legacy client's GET stream did not open within 20 s")
+	}
 
 	// a device joins the zone: the open sessions are told, and list its tools
 	joined := time.Now()
@@ -277,9 +286,16 @@ func TestAggregatorOverTheMesh(t *testing.T) {
 func listChanges(t *testing.T, c *client.Client, listen bool) <-chan struct{} {
 	t.Helper()
 	ch := make(chan struct{}, 8)
+	acked := make(chan struct{}, 1)
 	c.OnNotification(func(n mcp.JSONRPCNotification) {
-		if n.Method == string(mcp.MethodNotificationToolsListChanged) {
+		switch n.Method {
+		case string(mcp.MethodNotificationToolsListChanged):
 			ch <- struct{}{}
+		case mcp.MethodNotificationSubscriptionsAcknowledged:
+			select {
+			case acked <- struct{}{}:
+			default:
+			}
 		}
 	})
 	if listen {
@@ -288,20 +304,45 @@ func listChanges(t *testing.T, c *client.Client, listen bool) <-chan struct{} {
 			t.Fatal(err)
 		}
 		t.Cleanup(stop)
+		// The server sends the acknowledgement once the stream takes
+		// broadcasts; one sent before would be lost.
+		select {
+		case <-acked:
+		case <-time.After(20 * time.Second):
+			t.Fatal("subscriptions/listen not acknowledged within 20 s")
+		}
 	}
 	return ch
 }
 
 // legacyTransport is an operator's transport that keeps a GET stream open
-// for the server's notifications (protocols before 2026-07-28).
-func legacyTransport(t *testing.T, url string) *transport.StreamableHTTP {
+// for the server's notifications (protocols before 2026-07-28). The channel
+// is closed when the server first answers that GET with its stream.
+func legacyTransport(t *testing.T, url string) (*transport.StreamableHTTP, <-chan struct{}) {
 	t.Helper()
-	tr, err := transport.NewStreamableHTTP(url, transport.WithContinuousListening(),
+	open := &getStreamOpen{RoundTripper: http.DefaultTransport, open: make(chan struct{})}
+	tr, err := transport.NewStreamableHTTP(url, transport.WithContinuousListening(), transport.WithHTTPBasicClient(&http.Client{Transport: open}),
 		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + operatorToken}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tr
+	return tr, open.open
+}
+
+// getStreamOpen closes open when a GET is answered 200 as an event stream:
+// mcp-go's server writes those headers once the stream is served.
+type getStreamOpen struct {
+	http.RoundTripper
+	once sync.Once
+	open chan struct{}
+}
+
+func (g *getStreamOpen) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := g.RoundTripper.RoundTrip(r)
+	if err == nil && r.Method == http.MethodGet && resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		g.once.Do(func() { close(g.open) })
+	}
+	return resp, err
 }
 
 // initialized starts c and runs initialize.
