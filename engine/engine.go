@@ -341,7 +341,7 @@ func (e *Engine) lookup(tool string, kind manifest.Kind) (*point, error) {
 // Close stops the running operations and releases the buses.
 func (e *Engine) Close() error {
 	e.stopOperations(func(*point) bool { return true }, "physmcpd stopped")
-	e.stopWatchers()
+	e.StopWatches()
 	var errs []error
 	for name, b := range e.catalog().buses {
 		if err := b.Close(); err != nil {

@@ -33,6 +33,8 @@ const (
 var (
 	// ErrTooManyWatches: MaxWatches subscriptions are open.
 	ErrTooManyWatches = errors.New("too many watches")
+	// ErrWatchesStopped: StopWatches was called (physmcpd is stopping).
+	ErrWatchesStopped = errors.New("watches stopped: physmcpd is stopping")
 	// ErrNotPermitted: the caller may not read the capability; the error
 	// names the permission and the reason.
 	ErrNotPermitted = errors.New("not permitted")
@@ -97,6 +99,10 @@ func (e *Engine) Watch(ctx context.Context, caller Caller, tool string, opts Wat
 	s := &Watch{Updates: ch, updates: ch, caller: caller, opts: opts}
 
 	e.watches.mu.Lock()
+	if e.watches.stopped {
+		e.watches.mu.Unlock()
+		return nil, ErrWatchesStopped
+	}
 	if e.watches.n >= MaxWatches {
 		e.watches.mu.Unlock()
 		return nil, fmt.Errorf("%w: %d subscriptions are open", ErrTooManyWatches, MaxWatches)
@@ -119,15 +125,17 @@ func (e *Engine) Watch(ctx context.Context, caller Caller, tool string, opts Wat
 	return s, nil
 }
 
-// Stop ends the subscription and closes Updates; it may be called more than once.
+// Stop ends the subscription and closes Updates; it may be called more than
+// once. When it was the capability's last, Stop returns once the watcher's
+// poll under way, if any, has ended: no poll of it reaches the bus after.
 func (s *Watch) Stop() {
 	w := s.w
 	e := w.e
 	e.watches.mu.Lock()
-	defer e.watches.mu.Unlock()
 	w.mu.Lock()
 	if s.stopped {
 		w.mu.Unlock()
+		e.watches.mu.Unlock()
 		return
 	}
 	s.stopped = true
@@ -136,12 +144,17 @@ func (s *Watch) Stop() {
 	last := len(w.subs) == 0
 	w.mu.Unlock()
 	e.watches.n--
-	if last {
-		w.pt.watch.Store(nil)
-		w.cancel()
-	} else {
+	if !last {
 		w.rescheduled()
+		e.watches.mu.Unlock()
+		return
 	}
+	w.pt.watch.Store(nil)
+	w.cancel()
+	// Waited for without the lock: a poll may take the capability's
+	// timeout, and other watches need not wait for it.
+	e.watches.mu.Unlock()
+	<-w.done
 }
 
 // Watches is the number of subscriptions open.
@@ -155,6 +168,11 @@ func (e *Engine) Watches() int {
 type watches struct {
 	mu sync.Mutex // orders starting and stopping watchers; taken before any watcher's mu
 	n  int        // subscriptions open
+	// stopped: StopWatches was called; no watcher starts again.
+	stopped bool
+	// running counts the watchers' goroutines, stopped ones included
+	// until their poll under way ends.
+	running sync.WaitGroup
 }
 
 // watcher polls one point and tells its subscribers of changes.
@@ -166,6 +184,7 @@ type watcher struct {
 	seen   chan struct{} // a reading of the point was taken: look at it
 	poll   chan struct{} // the device may have changed: read it now
 	resub  chan struct{} // subscriptions changed: recompute the schedule
+	done   chan struct{} // closed when run returns
 
 	mu   sync.Mutex
 	subs map[*Watch]struct{}
@@ -175,9 +194,9 @@ type watcher struct {
 func (e *Engine) startWatcher(pt *point) *watcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &watcher{e: e, pt: pt, ctx: ctx, cancel: cancel, subs: map[*Watch]struct{}{},
-		seen: make(chan struct{}, 1), poll: make(chan struct{}, 1), resub: make(chan struct{}, 1)}
+		seen: make(chan struct{}, 1), poll: make(chan struct{}, 1), resub: make(chan struct{}, 1), done: make(chan struct{})}
 	pt.watch.Store(w)
-	go w.run()
+	e.watches.running.Go(w.run)
 	return w
 }
 
@@ -212,6 +231,7 @@ func (e *Engine) measured(pt *point) {
 // taken in the last half period), looks at readings others took, and
 // delivers changes held by a minimum interval when it ends.
 func (w *watcher) run() {
+	defer close(w.done)
 	e, pt := w.e, w.pt
 	nextPoll := time.Now().Add(w.period())
 	timer := time.NewTimer(0)
@@ -365,13 +385,18 @@ func (e *Engine) peek(pt *point) (promcp.ReadResponse, bool) {
 	return e.respond(pt, last, err), true
 }
 
-// stopWatchers ends every watcher (Close): their subscriptions see nothing more.
-func (e *Engine) stopWatchers() {
+// StopWatches ends every watcher, on the way out (Close, and before the
+// safe state written at shutdown): their subscriptions see nothing more, and
+// Watch refuses new ones. It returns once their polls under way have ended,
+// so that nothing a watcher started is on a bus after it.
+func (e *Engine) StopWatches() {
 	e.watches.mu.Lock()
-	defer e.watches.mu.Unlock()
+	e.watches.stopped = true
 	for _, pt := range e.catalog().points {
 		if w := pt.watch.Load(); w != nil {
 			w.cancel()
 		}
 	}
+	e.watches.mu.Unlock()
+	e.watches.running.Wait() // with those a Stop ended and still polling
 }

@@ -198,19 +198,51 @@ capabilities:
 
 	w := watch(t, e, "read_level", engine.WatchOptions{})
 	start := bus.Transactions()
-	for deadline := time.Now().Add(5 * time.Second); bus.Transactions() < start+3; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d polls in 5 s while watched", bus.Transactions()-start)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, "3 polls while watched", func() bool { return bus.Transactions() >= start+3 })
+	// Stop while a poll is on the wire: it returns once the poll has ended.
+	bus.SetLatency(200 * time.Millisecond)
+	waitFor(t, "a poll under way", func() bool { return bus.Transactions() > finished(e) })
 	w.Stop()
+	if begun, ended := bus.Transactions(), finished(e); begun != ended {
+		t.Errorf("Stop returned with %d of %d transactions ended", ended, begun)
+	}
 	w.Stop()
 	for range w.Updates { // what was delivered before Stop, then closed
 	}
 	if n := e.Watches(); n != 0 {
 		t.Errorf("%d watches after Stop", n)
 	}
-	time.Sleep(50 * time.Millisecond) // a poll under way when it stopped
 	idle("after the watch stopped")
+
+	// StopWatches (shutdown, Close) too returns once the polls under way
+	// have ended, so that the safe state and the buses' closing come after
+	// them, and starts none again.
+	watch(t, e, "read_level", engine.WatchOptions{})
+	waitFor(t, "a poll under way", func() bool { return bus.Transactions() > finished(e) })
+	e.StopWatches()
+	if begun, ended := bus.Transactions(), finished(e); begun != ended {
+		t.Errorf("StopWatches returned with %d of %d transactions ended", ended, begun)
+	}
+	if _, err := e.Watch(context.Background(), operator, "read_level", engine.WatchOptions{}); !errors.Is(err, engine.ErrWatchesStopped) {
+		t.Errorf("Watch after StopWatches: %v, want ErrWatchesStopped", err)
+	}
+}
+
+// finished is the number of transactions the engine's buses have ended.
+func finished(e *engine.Engine) int64 {
+	var n uint64
+	for _, b := range e.Stats().Buses {
+		n += b.Reads + b.Writes
+	}
+	return int64(n)
+}
+
+// waitFor polls cond until it holds, failing the test after 20 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 20 s", what)
+		}
+	}
 }

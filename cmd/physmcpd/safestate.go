@@ -13,8 +13,8 @@ const shutdownSafeStateTimeout = 10 * time.Second
 
 // guardSafeState drives the actuators to their safe values now (before
 // serving), watches the dead man when the manifest sets one, and returns the
-// function serve defers: it stops the watch and applies the safe state again
-// on the way out (SIGTERM, SIGINT or the client closing stdio).
+// function serve defers: it stops the dead-man watch and the reading watches
+// and applies the safe state again on the way out (SIGTERM, SIGINT or the client closing stdio).
 func guardSafeState(ctx context.Context, e *engine.Engine, logger *slog.Logger) (stop func()) {
 	if err := e.ApplySafeState(ctx, "start-up"); err != nil {
 		logger.Error("safe state at start-up incomplete", "err", err)
@@ -43,6 +43,8 @@ func guardSafeState(ctx context.Context, e *engine.Engine, logger *slog.Logger) 
 	return func() {
 		cancel()
 		<-done
+		// No poll is on a bus while the safe values are written, nor after.
+		e.StopWatches()
 		sctx, cancel := context.WithTimeout(context.Background(), shutdownSafeStateTimeout)
 		defer cancel()
 		if err := e.ApplySafeState(sctx, "shutdown"); err != nil {
