@@ -360,19 +360,41 @@ func TestSessionsStayWithTheirEndpoint(t *testing.T) {
 // an idled-out session's room goes to a new one.
 func TestIdleSessionsEnd(t *testing.T) {
 	const idle = time.Second
-	url, _ := sessionDevice(t, mcpserver.SessionLimits{MaxSessions: 2, IdleTimeout: idle})
-	listening, err := dial(t, url, transport.WithContinuousListening())
+	m, p := loadExample(t)
+	_, s := startDevice(t, m, p)
+	h := mcpserver.NewEndpointsHandler([]mcpserver.Endpoint{{Path: mcpserver.EndpointPath, Server: s}}, quietLogger(), mcpserver.SessionLimits{MaxSessions: 2, IdleTimeout: idle})
+	base, _ := loopback(t, h)
+	t.Cleanup(func() { h.CloseSessions(context.Background()) })
+	url := base + mcpserver.EndpointPath
+	stream := &streamOpened{RoundTripper: http.DefaultTransport, open: make(chan struct{})}
+	listening, err := dial(t, url, transport.WithContinuousListening(), transport.WithHTTPBasicClient(&http.Client{Transport: stream}))
 	if err != nil {
 		t.Fatal(err)
+	}
+	select { // its stream keeps it busy from then on
+	case <-stream.open:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the GET stream did not open within 20 s")
 	}
 	quiet, err := dial(t, url)
 	if err != nil {
 		t.Fatal(err)
 	}
+	asked := time.Now() // before the session's last request
 	if _, err := quiet.ListTools(context.Background(), mcp.ListToolsRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(idle*5/4 + idle)
+	for deadline := time.Now().Add(20 * time.Second); h.OpenSessions() == 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no session released 20 s after the quiet one's last request")
+		}
+	}
+	if quietFor := time.Since(asked); quietFor < idle {
+		t.Errorf("a session released %v after the quiet one's last request, before its %v idle timeout", quietFor, idle)
+	}
+	if n := h.OpenSessions(); n != 1 {
+		t.Errorf("%d sessions open after the quiet one idled out, want the listening one", n)
+	}
 	if _, err := quiet.ListTools(context.Background(), mcp.ListToolsRequest{}); !errors.Is(err, transport.ErrSessionTerminated) {
 		t.Errorf("idle session: %v, want session terminated", err)
 	}
@@ -382,6 +404,22 @@ func TestIdleSessionsEnd(t *testing.T) {
 	if _, err := dial(t, url); err != nil {
 		t.Errorf("a new session in the released one's room: %v", err)
 	}
+}
+
+// streamOpened closes open when a GET is answered with its event stream,
+// which the server does once it serves the stream.
+type streamOpened struct {
+	http.RoundTripper
+	once sync.Once
+	open chan struct{}
+}
+
+func (s *streamOpened) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := s.RoundTripper.RoundTrip(r)
+	if err == nil && r.Method == http.MethodGet && resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		s.once.Do(func() { close(s.open) })
+	}
+	return resp, err
 }
 
 // A call answered long after its body's deadline (a person approving it over
