@@ -107,7 +107,7 @@ func (p *pending[T]) retry() {
 	wait, last := p.opt.RetryFirst, p.err.Error()
 	t := time.NewTimer(wait)
 	defer t.Stop()
-	for {
+	for attempts := 2; ; attempts++ { // the first was OpenAllWith's
 		select {
 		case <-p.ctx.Done():
 			return
@@ -139,7 +139,9 @@ func (p *pending[T]) retry() {
 		p.mu.Lock()
 		p.ready = true
 		p.mu.Unlock()
-		p.opt.Logger.Info(p.what + " opened")
+		// retry_wait is how long after it appeared, at most, the resource
+		// was found: the wait before the attempt that opened it.
+		p.opt.Logger.Info(p.what+" opened", "attempts", attempts, "retry_wait", wait)
 		return
 	}
 }

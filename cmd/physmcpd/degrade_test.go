@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -121,19 +122,28 @@ func TestServeWithMissingSerialAdapter(t *testing.T) {
 	for i, reg := range float32Regs(45) {
 		dev.Set(modbusfault.InputRegisters, 2+uint16(i), reg)
 	}
-	// by now the retries are at their longest wait
-	time.Sleep(time.Until(started.Add(4 * time.Second)))
+	// The port appears during the retries' longest wait (after 0.25, 0.5,
+	// 1 and 2 s, the next attempts are 2 s apart): retry_wait below shows
+	// it. Load only delays the attempts, which leaves the wait no longer.
+	time.Sleep(time.Until(started.Add(5 * time.Second)))
 	if err := os.Symlink(dev.Path(), port); err != nil {
 		t.Fatal(err)
 	}
 	appeared := time.Now()
 	for answer(t, c, "read_heater_flow_temperature", nil)["quality"] != "good" {
-		if time.Since(appeared) > 3*time.Second {
-			t.Fatalf("not good 3 s after the port appeared; logs:\n%s", logs.String())
+		if time.Since(appeared) > 20*time.Second {
+			t.Fatalf("not good 20 s after the port appeared; logs:\n%s", logs.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("good %v after the port appeared", time.Since(appeared).Round(time.Millisecond))
+	// What the daemon controls of that delay is its wait between attempts,
+	// at most 2 s (the wall clock adds the host's load).
+	if m := openedRE.FindStringSubmatch(logs.String()); m == nil {
+		t.Errorf("no 'bus rs485 opened' line with its retry_wait:\n%s", logs.String())
+	} else if wait, err := time.ParseDuration(m[1]); err != nil || wait > 2*time.Second {
+		t.Errorf("the port was found %s after an attempt, want at most 2s", m[1])
+	}
 	if got := [2]uint16{dev.Value(modbusfault.HoldingRegisters, 0), dev.Value(modbusfault.HoldingRegisters, 1)}; got != float32Regs(12) {
 		t.Errorf("setpoint registers %04x once opened, want the safe value 12 (%04x)", got, float32Regs(12))
 	}
@@ -145,6 +155,9 @@ func TestServeWithMissingSerialAdapter(t *testing.T) {
 		t.Errorf("want one line per state change:\n%s", l)
 	}
 }
+
+// openedRE is the retry_wait of the log line of a bus that opened late.
+var openedRE = regexp.MustCompile(`msg="bus rs485 opened" attempts=\d+ retry_wait=(\S+)`)
 
 func TestServeStrictStart(t *testing.T) {
 	port := filepath.Join(t.TempDir(), "ttyUSB0")
