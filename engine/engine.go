@@ -274,9 +274,13 @@ func (e *Engine) bind(cat *catalog, c *manifest.Capability, bus drivers.Bus) err
 		cat.busCounts[c.Binding.Bus] = pt.bus
 	}
 	pt.vocab = vocabulary(c, pt.nameWords)
-	if pt.site = e.sites[pt.location]; pt.site == nil {
-		pt.site = &site{key: pt.location}
-		e.sites[pt.location] = pt.site
+	at := pt.location
+	if c.WritesWith != nil {
+		at = locationKey(c.WritesWith) // bytes shared with it, maybe: take turns
+	}
+	if pt.site = e.sites[at]; pt.site == nil {
+		pt.site = &site{key: at}
+		e.sites[at] = pt.site
 	}
 	cat.points[pt.tool] = pt
 	cat.byLocation[pt.location] = append(cat.byLocation[pt.location], pt)

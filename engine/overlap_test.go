@@ -1,8 +1,11 @@
 package engine_test
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/physmcp/physmcpd/drivers"
@@ -65,6 +68,15 @@ capabilities:
     data_type: int
     semantic_tags: [dac]
     cache_ttl_ms: 60000
+  - name: dac_word
+    kind: do
+    description: Set the DAC's 2-byte register 0x10-0x11.
+    binding: {bus: i2c, address: "0x60:reg=0x10:width=2:byte_order=big"}
+    data_type: int
+    range: {min: 0, max: 65535}
+    semantic_tags: [dac]
+    side_effects: ["the DAC output changes"]
+    safe_value: 0
   - name: dac_trim
     kind: do
     description: Set the DAC's trim byte, register 0x11.
@@ -165,4 +177,57 @@ func TestInDoubtWriteInvalidatesOverlappingReads(t *testing.T) {
 	}
 	r.readsFrom(t, mb, "read_counter", int64(300), 1)
 	r.readsFrom(t, mb, "read_mode", int64(7), 0)
+}
+
+// lossyI2C loses the outcome of the next lose writes it applies.
+type lossyI2C struct {
+	drivers.I2CBus
+	lose, applied atomic.Int32
+}
+
+func (l *lossyI2C) Tx(ctx context.Context, addr uint16, w, r []byte) error {
+	if err := l.I2CBus.Tx(ctx, addr, w, r); err != nil || len(r) > 0 {
+		return err
+	}
+	l.applied.Add(1)
+	if l.lose.Add(-1) >= 0 {
+		return fmt.Errorf("reply lost: %w: %w", drivers.ErrTimeout, drivers.ErrInDoubt)
+	}
+	l.lose.Store(0)
+	return nil
+}
+
+// Two do_ on I2C bytes that may overlap (a 2-byte register at 0x10 and a
+// byte at 0x11: on a chip with a byte-wide pointer, the same byte) write at
+// one site: a retry of the 2-byte write whose outcome was lost, after the
+// byte was written, answers superseded instead of writing both bytes again
+// and undoing the byte's write.
+func TestOverlappingI2CWritesShareTheirSite(t *testing.T) {
+	r := overlapRig(t)
+	wire := &lossyI2C{I2CBus: r.buses["i2c"].(drivers.I2CBus)}
+	buses := map[string]drivers.Bus{}
+	for name, b := range r.buses {
+		buses[name] = b
+	}
+	buses["i2c"] = wire
+	e, err := engine.New(r.e.Manifest(), r.e.Policy(), buses, engine.Options{Now: r.clock.Now, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.e = e
+	wire.applied.Store(0)
+	wire.lose.Store(1)
+	if resp := r.do(t, operator, "do_dac_word", 0x1234, "word"); resp.Permission != promcp.SourceUnreachable {
+		t.Fatalf("do_dac_word with its outcome lost: %+v", resp)
+	}
+	if resp := r.do(t, operator, "do_dac_trim", 0x42, "trim"); resp.Status != promcp.StatusSuccess {
+		t.Fatalf("do_dac_trim: %+v", resp)
+	}
+	retry := r.do(t, operator, "do_dac_word", 0x1234, "word")
+	if retry.Permission != promcp.Superseded || wire.applied.Load() != 2 {
+		t.Fatalf("retry of the lost 2-byte write after the byte's = %+v, %d writes applied; want superseded and 2", retry, wire.applied.Load())
+	}
+	if got := r.read(t, "read_dac_word"); got.Value != int64(0x1242) {
+		t.Fatalf("read_dac_word = %v, want 0x1242 (the byte's write kept)", got.Value)
+	}
 }

@@ -439,12 +439,19 @@ func TestDoRegistersSharedOrApart(t *testing.T) {
 	}
 	// An I2C register address is a pointer whose width is the chip's own:
 	// 16-bit registers at consecutive addresses (an ADS1115's thresholds at
-	// 0x02 and 0x03) are separate registers, so no I2C pair is refused.
+	// 0x02 and 0x03) are separate registers, so no I2C pair is refused; those
+	// whose bytes may overlap write at the first one's site (WritesWith).
 	word := "0x60:reg=0x10:width=2:byte_order=big"
-	for _, trim := range []string{"0x60:reg=0x10", "0x60:reg=0x11", "0x60:reg=0x11:width=2:byte_order=big", "0x60:reg=0x12", "0x61:reg=0x11"} {
+	for trim, shared := range map[string]bool{"0x60:reg=0x10": true, "0x60:reg=0x11": true, "0x60:reg=0x11:width=2:byte_order=big": true, "0x60:reg=0x12": false, "0x61:reg=0x11": false} {
 		edited := strings.Replace(text, "  - name: vent_fan\n", dacCapabilities(word, trim), 1)
-		if m, diags := Parse("m.yml", []byte(edited)); m == nil {
+		m, diags := Parse("m.yml", []byte(edited))
+		if m == nil {
 			t.Errorf("I2C %s beside %s: %s", trim, word, diags)
+			continue
+		}
+		level, trimCap := m.Tool("do_dac_level"), m.Tool("do_dac_trim")
+		if got := trimCap.WritesWith == level; got != shared || level.WritesWith != nil {
+			t.Errorf("I2C %s beside %s: do_dac_trim writes with do_dac_level = %v, want %v (do_dac_level's WritesWith %v)", trim, word, got, shared, level.WritesWith)
 		}
 	}
 }

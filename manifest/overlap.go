@@ -74,9 +74,12 @@ func (s Span) String() string {
 // a binding starts at; a write to one of two overlapping bindings would
 // change the other's value outside all of that (a retry could undo the
 // other's later write). Bindings that start at the same address share all
-// of it, and are allowed. I2C bindings are not compared: whether two
-// register addresses share bytes is the chip's (Span). (Two do capabilities
-// on one GPIO line are refused in capabilities: a line is requested once.)
+// of it, and are allowed. I2C bindings are not refused, since whether two
+// register addresses share bytes is the chip's (Span); those whose bytes
+// may overlap write with the first of their group instead (WritesWith), so
+// that their writes take turns and a retry of one sees the other's later
+// write. (Two do capabilities on one GPIO line are refused in capabilities:
+// a line is requested once.)
 func (v *validator) writeOverlaps() {
 	type site struct {
 		c *Capability
@@ -88,11 +91,11 @@ func (v *validator) writeOverlaps() {
 			continue
 		}
 		s, ok := c.Binding.Span()
-		if !ok || s.Table == "" {
+		if !ok {
 			continue
 		}
 		for _, o := range sites {
-			if o.s.Lo == s.Lo || !o.s.Overlaps(s) {
+			if o.s.Lo == s.Lo || !o.s.Overlaps(s) || s.Table == "" {
 				continue
 			}
 			v.errorf(c.Binding.At.Self, fmt.Sprintf("capabilities[%d].binding", i),
@@ -102,5 +105,30 @@ func (v *validator) writeOverlaps() {
 			break
 		}
 		sites = append(sites, site{c, s})
+	}
+	// Overlapping I2C groups, transitively (0x10 and 0x12 join through a
+	// 2-byte 0x11; one at the same start joins too, so that it keeps
+	// sharing its register's site), each led by its first capability.
+	lead := make([]int, len(sites))
+	var find func(int) int
+	find = func(i int) int {
+		if lead[i] != i {
+			lead[i] = find(lead[i])
+		}
+		return lead[i]
+	}
+	for i := range sites {
+		lead[i] = i
+		for j := range i {
+			if sites[i].s.Table == "" && sites[i].s.Overlaps(sites[j].s) {
+				a, b := find(i), find(j)
+				lead[max(a, b)] = min(a, b)
+			}
+		}
+	}
+	for i, st := range sites {
+		if l := find(i); l != i {
+			st.c.WritesWith = sites[l].c
+		}
 	}
 }

@@ -243,6 +243,11 @@ type Capability struct {
 	// Interlocks are conditions on other capabilities' readings that must
 	// hold for a do capability to act (interlock.go).
 	Interlocks []*Interlock `yaml:"interlocks"`
+	// WritesWith, for a do capability on I2C bytes that another do
+	// capability's bytes overlap, is the first of their overlapping group:
+	// writes take turns, and are numbered, at its register (overlap.go).
+	// Nil otherwise, and for the first itself.
+	WritesWith *Capability `yaml:"-"`
 
 	At Positions `yaml:"-"`
 }
