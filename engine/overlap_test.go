@@ -2,10 +2,8 @@ package engine_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 
 	"github.com/physmcp/physmcpd/drivers"
@@ -182,19 +180,14 @@ func TestInDoubtWriteInvalidatesOverlappingReads(t *testing.T) {
 // lossyI2C loses the outcome of the next lose writes it applies.
 type lossyI2C struct {
 	drivers.I2CBus
-	lose, applied atomic.Int32
+	lostReplies
 }
 
 func (l *lossyI2C) Tx(ctx context.Context, addr uint16, w, r []byte) error {
 	if err := l.I2CBus.Tx(ctx, addr, w, r); err != nil || len(r) > 0 {
 		return err
 	}
-	l.applied.Add(1)
-	if l.lose.Add(-1) >= 0 {
-		return fmt.Errorf("reply lost: %w: %w", drivers.ErrTimeout, drivers.ErrInDoubt)
-	}
-	l.lose.Store(0)
-	return nil
+	return l.answer()
 }
 
 // Two do_ on I2C bytes that may overlap (a 2-byte register at 0x10 and a

@@ -22,9 +22,23 @@ import (
 // another value than the one written. It counts writes applied.
 type lossyWire struct {
 	drivers.ModbusBus
-	lose, refuse atomic.Int32
-	applied      atomic.Int32
-	skew         atomic.Bool // the device keeps one raw step more than it is sent
+	lostReplies
+	refuse atomic.Int32
+	skew   atomic.Bool // the device keeps one raw step more than it is sent
+}
+
+// lostReplies counts the writes a wire's device applied, and loses the
+// outcome of the next lose of them.
+type lostReplies struct{ lose, applied atomic.Int32 }
+
+// answer is the caller's answer to a write the device applied.
+func (l *lostReplies) answer() error {
+	l.applied.Add(1)
+	if l.lose.Add(-1) >= 0 {
+		return fmt.Errorf("reply lost: %w: %w", drivers.ErrTimeout, drivers.ErrInDoubt)
+	}
+	l.lose.Store(0)
+	return nil
 }
 
 func (l *lossyWire) WriteRegisters(ctx context.Context, unit uint8, addr uint16, v []uint16) error {
@@ -39,12 +53,7 @@ func (l *lossyWire) WriteRegisters(ctx context.Context, unit uint8, addr uint16,
 	if err := l.ModbusBus.WriteRegisters(ctx, unit, addr, v); err != nil {
 		return err
 	}
-	l.applied.Add(1)
-	if l.lose.Add(-1) >= 0 {
-		return fmt.Errorf("reply lost: %w: %w", drivers.ErrTimeout, drivers.ErrInDoubt)
-	}
-	l.lose.Store(0)
-	return nil
+	return l.answer()
 }
 
 // lossyRig is the test device with its Modbus bus behind a lossyWire, and
