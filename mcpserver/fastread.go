@@ -228,7 +228,7 @@ func (f *fastReads) readCall(ctx context.Context, body []byte) (msg fastMessage,
 		return msg, nil, nil, false, false
 	}
 	p := msg.Params
-	if p.Meta != nil || p.Task != nil || p.InputResponses != nil || p.RequestState != "" {
+	if holdsMeta(body) || p.Task != nil || p.InputResponses != nil || p.RequestState != "" {
 		return msg, nil, nil, false, false
 	}
 	asks, fast := (*f.tools.Load())[p.Name]
@@ -243,6 +243,32 @@ func (f *fastReads) readCall(ctx context.Context, body []byte) (msg fastMessage,
 		return msg, nil, nil, false, false
 	}
 	return msg, reqID, tool, asks, true
+}
+
+// holdsMeta says whether body's params hold _meta as mcp-go reads it: such
+// calls go to mcp-go. The CallToolRequest's Meta does not tell: mcp-go tells
+// a request's protocol era by decoding params._meta on its own, where a
+// params key given twice merges, while the CallToolRequest keeps only the
+// last params; a body whose first params carried the 2026-07-28 era was
+// answered here as a legacy call (a write made) where mcp-go refuses it.
+// Only a body that may spell _meta is decoded again (keys match
+// case-insensitively, and a JSON escape may spell one).
+func holdsMeta(body []byte) bool {
+	may := bytes.IndexByte(body, '\\') >= 0
+	for rest := body; !may; {
+		i := bytes.IndexByte(rest, '_')
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+1:]
+		may = len(rest) >= 4 && bytes.EqualFold(rest[:4], []byte("meta"))
+	}
+	var era struct {
+		Params struct {
+			Meta *mcp.Meta `json:"_meta"`
+		} `json:"params"`
+	}
+	return json.Unmarshal(body, &era) != nil || era.Params.Meta != nil
 }
 
 // appendResponse appends what mcp-go's json.NewEncoder(w).Encode writes for

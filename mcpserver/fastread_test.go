@@ -229,6 +229,14 @@ var fastSteps = []fastStep{
 	{name: "no session", headers: map[string]string{"Mcp-Session-Id": ""}, body: callBody("35", `{"name":"read_level"}`)},
 	{name: "GET", method: http.MethodGet, headers: map[string]string{"Accept": "text/event-stream"}},
 	{name: "PUT", method: http.MethodPut, body: callBody("36", `{"name":"read_level"}`)},
+	// mcp-go tells the era from params._meta merged over every params key,
+	// the CallToolRequest from the last params alone.
+	{name: "params twice, the first of the 2026-07-28 era", body: `{"jsonrpc":"2.0","id":37,"method":"tools/call",` +
+		`"params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}},"params":{"name":"do_inflow","arguments":{"value":3,"idempotency_key":"k37"}}}`},
+	{name: "params twice, _META in the first", body: `{"jsonrpc":"2.0","id":38,"method":"tools/call",` +
+		`"params":{"_META":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}},"params":{"name":"read_level"}}`},
+	{name: "params twice, _meta escaped in the first", body: `{"jsonrpc":"2.0","id":39,"method":"tools/call",` +
+		`"params":{"\u005fmeta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}},"params":{"name":"read_level"}}`},
 }
 
 // fastStepsAnswer sends steps to both twins in their sessions, compares
