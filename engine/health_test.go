@@ -148,3 +148,39 @@ func TestReadingsWhileTheClockIsNotSynchronised(t *testing.T) {
 		t.Fatalf("clock synchronised: want good, got %+v", got)
 	}
 }
+
+// A poll wedged in its driver (a read that ignores its context) holds
+// neither Watch.Stop nor StopWatches for good: past the capability's timeout
+// and the wedge margin they stop waiting for it, so that a session can end
+// and the shutdown's safe state is written.
+func TestStopDoesNotWaitForAWedgedPoll(t *testing.T) {
+	defer engine.SetPollWedgeMargin(50 * time.Millisecond)()
+	r := newHealthRig(t)
+	w, err := r.e.Watch(context.Background(), operator, "read_tank_level", engine.WatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.bus.stallReads() // the watcher's next poll, once the reading it has aged
+	r.clock.Advance(time.Hour)
+	defer r.bus.release() // before the rig's Close
+	select {
+	case <-r.bus.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no poll in 20 s")
+	}
+	for _, stop := range []struct {
+		name string
+		f    func()
+	}{{"Stop", w.Stop}, {"StopWatches", r.e.StopWatches}} {
+		returned := make(chan struct{})
+		go func() {
+			stop.f()
+			close(returned)
+		}()
+		select {
+		case <-returned:
+		case <-time.After(20 * time.Second): // the capability's timeout is 1 s
+			t.Fatalf("%s still waits for the wedged poll after 20 s", stop.name)
+		}
+	}
+}

@@ -127,7 +127,8 @@ func (e *Engine) Watch(ctx context.Context, caller Caller, tool string, opts Wat
 
 // Stop ends the subscription and closes Updates; it may be called more than
 // once. When it was the capability's last, Stop returns once the watcher's
-// poll under way, if any, has ended: no poll of it reaches the bus after.
+// poll under way, if any, has ended: no poll of it reaches the bus after. A
+// poll wedged past its timeout (awaitPolls) is not waited for.
 func (s *Watch) Stop() {
 	w := s.w
 	e := w.e
@@ -154,7 +155,28 @@ func (s *Watch) Stop() {
 	// Waited for without the lock: a poll may take the capability's
 	// timeout, and other watches need not wait for it.
 	e.watches.mu.Unlock()
-	<-w.done
+	e.awaitPolls(w.done, w.pt.c.Timeout(), w.pt.tool)
+}
+
+// pollWedgeMargin is how long past its capability's timeout Stop and
+// StopWatches wait for a poll under way: a transaction still running then is
+// wedged in its driver or the kernel (Health's WedgeMargin), and waiting for
+// it would hold a session's end or, at shutdown, the safe state of every bus
+// for good. A variable for tests.
+var pollWedgeMargin = WedgeMargin
+
+// awaitPolls waits until done is closed (the polls under way have ended),
+// for at most timeout (the longest a poll's transaction takes) and
+// pollWedgeMargin, and logs giving up on the polls of what.
+func (e *Engine) awaitPolls(done <-chan struct{}, timeout time.Duration, what string) {
+	t := time.NewTimer(timeout + pollWedgeMargin)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		e.log.Warn("a watch's poll has not returned: its driver or bus is wedged; stopping without waiting for it", "polling", what,
+			"waited", timeout+pollWedgeMargin)
+	}
 }
 
 // Watches is the number of subscriptions open.
@@ -388,15 +410,23 @@ func (e *Engine) peek(pt *point) (promcp.ReadResponse, bool) {
 // StopWatches ends every watcher, on the way out (Close, and before the
 // safe state written at shutdown): their subscriptions see nothing more, and
 // Watch refuses new ones. It returns once their polls under way have ended,
-// so that nothing a watcher started is on a bus after it.
+// so that nothing a watcher started is on a bus after it, or were found
+// wedged (awaitPolls).
 func (e *Engine) StopWatches() {
 	e.watches.mu.Lock()
 	e.watches.stopped = true
+	var longest time.Duration // the longest a poll takes
 	for _, pt := range e.catalog().points {
+		longest = max(longest, pt.c.Timeout())
 		if w := pt.watch.Load(); w != nil {
 			w.cancel()
 		}
 	}
 	e.watches.mu.Unlock()
-	e.watches.running.Wait() // with those a Stop ended and still polling
+	done := make(chan struct{})
+	go func() {
+		e.watches.running.Wait() // with those a Stop ended and still polling
+		close(done)
+	}()
+	e.awaitPolls(done, longest, "every watched capability")
 }
