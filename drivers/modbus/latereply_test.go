@@ -127,3 +127,52 @@ func TestLateReplyGivesWayToANewConnection(t *testing.T) {
 	}
 	(<-held).Close()
 }
+
+// A device that takes one connection, and accepts another only to close it
+// at once, gets its place back: the bus stops listening on the connection
+// that holds it, as when a connect is refused.
+func TestLateReplyGivesWayToAConnectionClosedAtOnce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	held := make(chan net.Conn, 1)
+	go func() {
+		for first := true; ; first = false {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if !first {
+				c.Close() // full: closed at once
+				continue
+			}
+			held <- c
+			go func() { _, _ = io.Copy(io.Discard, c) }() // hears the write, never answers
+		}
+	}()
+	set, err := newSettings(int(faultTimeout/time.Millisecond), 0, manifest.DefaultMaxGap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newTCPBus(ln.Addr().String(), set, 30*time.Second)
+	t.Cleanup(func() { b.Close() })
+	err = b.WriteRegisters(context.Background(), 1, faultAddr, []uint16{1})
+	var lr *drivers.LateReply
+	if !errors.As(err, &lr) {
+		t.Fatalf("unanswered write: %v, want listening for the reply", err)
+	}
+	if _, err := b.ReadRegisters(context.Background(), 1, manifest.TableHolding, 0, 1); !errors.Is(err, drivers.ErrUnreachable) {
+		t.Fatalf("read on a connection the device closed at once: %v, want unreachable", err)
+	}
+	select {
+	case <-lr.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("still listening 10 s after the device closed a new connection at once")
+	}
+	if lr.Applied() {
+		t.Fatal("listening given up proves the write applied")
+	}
+	(<-held).Close()
+}

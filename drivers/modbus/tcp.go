@@ -116,6 +116,7 @@ func (t *tcpTransport) Send(adu []byte) ([]byte, error) {
 }
 
 func (t *tcpTransport) try(adu []byte) ([]byte, error) {
+	fresh := t.conn == nil
 	if err := t.connect(); err != nil {
 		return nil, notSent(err)
 	}
@@ -125,15 +126,16 @@ func (t *tcpTransport) try(adu []byte) ([]byte, error) {
 	}
 	if n, err := t.conn.Write(adu); err != nil {
 		t.drop()
+		err = t.closedAtOnce(fresh, t.ioError(err, true))
 		if n == 0 {
-			return nil, notSent(t.ioError(err, true))
+			return nil, notSent(err)
 		}
-		return nil, t.ioError(err, true)
+		return nil, err
 	}
 	const header = 7
 	buf := t.buf[:]
 	if got, err := io.ReadFull(t.conn, buf[:header]); err != nil {
-		return nil, t.noReply(adu, buf[:got], t.ioError(err, true))
+		return nil, t.noReply(adu, buf[:got], t.closedAtOnce(fresh && got == 0, t.ioError(err, true)))
 	}
 	// The length field counts the unit id and the PDU.
 	n := int(buf[4])<<8 | int(buf[5])
@@ -203,6 +205,17 @@ func awaitEcho(c net.Conn, adu, got []byte, until time.Time) bool {
 		return false
 	}
 	return bytes.Equal(buf[:4], adu[:4]) && buf[6] == adu[6] && bytes.Equal(buf[header:], adu[header:header+echo])
+}
+
+// closedAtOnce gives up listening for late replies when the device closed
+// a fresh connection before answering on it (err): a device that takes a
+// few connections may accept one more and close it at once rather than
+// refuse it, and the connections kept listening hold its places.
+func (t *tcpTransport) closedAtOnce(fresh bool, err error) error {
+	if fresh && errors.Is(err, errStale) {
+		t.stopListening()
+	}
+	return err
 }
 
 func (t *tcpTransport) connect() error {
