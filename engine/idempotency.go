@@ -101,10 +101,9 @@ func (b *keyBusy) Error() string {
 }
 
 // claim makes the caller, working on the request fp, the only one working
-// on key; it returns a release
-// function, or waits for the call already working on it, at most until ctx
-// ends: a caller's deadline bounds its wait for another call as it bounds its
-// own transactions.
+// on key; it returns a release function, or waits for the call already
+// working on it, at most until ctx ends: a caller's deadline bounds its wait
+// for another call as it bounds its own transactions.
 func (e *Engine) claim(ctx context.Context, key, fp string) (release func(), err error) {
 	for {
 		e.inflight.Lock()
