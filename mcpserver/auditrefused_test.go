@@ -16,6 +16,7 @@ import (
 	"github.com/physmcp/physmcpd/drivers"
 	"github.com/physmcp/physmcpd/drivers/sim"
 	"github.com/physmcp/physmcpd/engine"
+	"github.com/physmcp/physmcpd/internal/syncbuf"
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/mcpserver"
 )
@@ -174,7 +175,7 @@ func TestRefusedActsAudited(t *testing.T) {
 // sends only the states it was given.
 func TestForgedApprovalAudited(t *testing.T) {
 	r := newAuditedRig(t, manifest.RoleOperator)
-	var out syncBuffer
+	var out syncbuf.Buffer
 	in := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}` + "\n" +
 		`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n" +
 		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"do_pump","arguments":{"value":true,"idempotency_key":"k-forged"},"requestState":"forged"}}` + "\n"

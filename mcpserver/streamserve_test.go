@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/physmcp/physmcpd/internal/syncbuf"
 	"github.com/physmcp/physmcpd/mcpserver"
 )
 
@@ -109,7 +109,7 @@ func TestStreamLines(t *testing.T) {
 	for id := 10; id < 30; id++ {
 		in.WriteString(`{"jsonrpc":"2.0","id":` + strconv.Itoa(id) + `,"method":"tools/call","params":{"name":"read_level","arguments":{}}}` + "\r\n")
 	}
-	var out syncBuffer
+	var out syncbuf.Buffer
 	if err := mcpserver.ServeStream(context.Background(), s, strings.NewReader(in.String()), &out, mcpserver.StreamLimits{Workers: 3, Queue: 2}); err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestStreamRefusesOverlongMessages(t *testing.T) {
 	m, p := loadExample(t)
 	_, s := startDevice(t, m, p)
 	in := io.MultiReader(strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`+"\n"), endless{})
-	var out syncBuffer
+	var out syncbuf.Buffer
 	err := mcpserver.ServeStream(context.Background(), s, in, &out, mcpserver.StreamLimits{MaxMessageBytes: 1024})
 	if !errors.Is(err, mcpserver.ErrMessageTooLong) {
 		t.Errorf("ServeStream: %v, want ErrMessageTooLong", err)
@@ -169,24 +169,6 @@ func (endless) Read(p []byte) (int, error) {
 		p[i] = 'x'
 	}
 	return len(p), nil
-}
-
-// syncBuffer is a strings.Builder the stream's writers may share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // rawStream is a stream session of s that the test writes lines to.

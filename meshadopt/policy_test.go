@@ -1,7 +1,6 @@
 package meshadopt_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"log/slog"
@@ -15,30 +14,13 @@ import (
 	"github.com/physmcp/physmcpd/drivers/adopt"
 	"github.com/physmcp/physmcpd/drivers/sim"
 	"github.com/physmcp/physmcpd/engine"
+	"github.com/physmcp/physmcpd/internal/syncbuf"
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/mesh"
 	"github.com/physmcp/physmcpd/meshadopt"
 	"github.com/physmcp/physmcpd/policy"
 	"github.com/physmcp/physmcpd/promcp"
 )
-
-// syncBuffer is a log the engine writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // The aggregator's policy names tools it adopts from the mesh, by pattern
 // and by tool name, and every rule applies to them there, before the
@@ -75,7 +57,7 @@ capabilities:
 	if p == nil || len(diags) != 0 {
 		t.Fatalf("the aggregator's policy: %v", diags)
 	}
-	var log syncBuffer
+	var log syncbuf.Buffer
 	var audit []engine.AuditEntry
 	var auditMu sync.Mutex
 	buses, err := drivers.OpenAll(context.Background(), m, drivers.Openers{manifest.BusMCP: adopt.Open}, sim.Open, false)

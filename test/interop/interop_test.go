@@ -9,7 +9,6 @@ package interop
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -25,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/physmcp/physmcpd/internal/syncbuf"
 	"github.com/physmcp/physmcpd/internal/testenv"
 )
 
@@ -126,24 +126,7 @@ func TestMain(m *testing.M) {
 // server is a process serving HTTP until the test ends.
 type server struct {
 	base string // http://127.0.0.1:PORT
-	log  *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	log  *syncbuf.Buffer
 }
 
 var listening = regexp.MustCompile(`(http://127\.0\.0\.1:\d+)`)
@@ -158,7 +141,7 @@ func start(t *testing.T, bin string, args ...string) server {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s := server{log: &syncBuffer{}}
+	s := server{log: &syncbuf.Buffer{}}
 	found := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(pr)
