@@ -24,8 +24,12 @@ import (
 	"testing"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/physmcp/physmcpd/internal/syncbuf"
 	"github.com/physmcp/physmcpd/internal/testenv"
+	"github.com/physmcp/physmcpd/manifest"
+	"github.com/physmcp/physmcpd/policy"
 )
 
 const installHint = "bash .ci/setup.d/60-interop-node.sh (node 22 and the pinned MCP tools via npm ci in test/interop)"
@@ -194,6 +198,7 @@ func TestInteropTypeScriptClient(t *testing.T) {
 	needNode(t)
 	physmcpd, _ := binaries(t)
 	for _, ex := range examples {
+		ex.policy = outsideTimeWindows(t, ex.policy, time.Now())
 		for _, extra := range ex.stdioArgs {
 			name := strings.TrimSpace(ex.name + " stdio " + strings.Join(extra, " "))
 			t.Run(name, func(t *testing.T) {
@@ -212,6 +217,99 @@ func TestInteropTypeScriptClient(t *testing.T) {
 			}
 		})
 	}
+}
+
+// outsideTimeWindows returns a copy of the policy at path whose time windows
+// begin two hours after now and last one hour, each in its own time zone.
+// The TypeScript client runs the can_do -> read -> do -> read loop, which a
+// window denying a do_* now (the pump skid's night shift, 22:00-06:00 in
+// Berlin) would otherwise turn into a failure that depends on the hour CI
+// runs at. The policy package's tests cover the windows with a fixed clock.
+func outsideTimeWindows(t *testing.T, path string, now time.Time) string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	windows := mappingValue(doc.Content[0], "time_windows")
+	if windows == nil {
+		return path
+	}
+	for i := 1; i < len(windows.Content); i += 2 {
+		w := windows.Content[i]
+		loc, err := time.LoadLocation(mappingValue(w, "timezone").Value)
+		if err != nil {
+			t.Fatalf("%s: window %s: %v", path, windows.Content[i-1].Value, err)
+		}
+		start := now.In(loc).Add(2 * time.Hour)
+		mappingValue(w, "start").Value = start.Format("15:04")
+		mappingValue(w, "end").Value = start.Add(time.Hour).Format("15:04")
+	}
+	out, err := yaml.Marshal(&doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := filepath.Join(t.TempDir(), filepath.Base(path))
+	if err := os.WriteFile(moved, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return moved
+}
+
+// The moved copy still loads, and none of its windows holds the moment it
+// was moved at, including one inside the pump skid's night shift (the hour
+// CI failed at) and one inside its Sunday maintenance.
+func TestOutsideTimeWindows(t *testing.T) {
+	const mf, pf = "../../examples/pump-skid/physmcp.manifest.yml", "../../examples/pump-skid/physmcp.policy.yml"
+	m, diags := manifest.Load(mf)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	original, diags := policy.Load(pf, m)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	for _, now := range []time.Time{
+		time.Date(2026, 12, 3, 21, 40, 0, 0, time.UTC), // 22:40 in Berlin
+		time.Date(2026, 12, 6, 9, 30, 0, 0, time.UTC),  // Sunday 10:30 in Berlin
+		time.Date(2026, 12, 3, 20, 30, 0, 0, time.UTC), // moved over midnight
+	} {
+		held := 0
+		for _, w := range original.TimeWindows {
+			if w.Contains(now) {
+				held++
+			}
+		}
+		if now.Hour() != 20 && held == 0 {
+			t.Fatalf("%s: no window of %s holds it; the test proves nothing", now, pf)
+		}
+		moved, diags := policy.Load(outsideTimeWindows(t, pf, now), m)
+		if diags.HasErrors() {
+			t.Fatalf("%s: %v", now, diags)
+		}
+		if len(moved.TimeWindows) != len(original.TimeWindows) {
+			t.Fatalf("%s: %d windows, want %d", now, len(moved.TimeWindows), len(original.TimeWindows))
+		}
+		for name, w := range moved.TimeWindows {
+			if w.Contains(now) || w.Contains(now.Add(time.Hour)) {
+				t.Errorf("%s: window %s still holds it or the next hour", now, name)
+			}
+		}
+	}
+}
+
+// mappingValue is the value node of key in the YAML mapping m, or nil.
+func mappingValue(m *yaml.Node, key string) *yaml.Node {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i+1]
+		}
+	}
+	return nil
 }
 
 // verdicts runs the conformance suite against url and returns each
