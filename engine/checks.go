@@ -157,9 +157,9 @@ func (e *Engine) limits(pt *point) decision {
 	}); ok {
 		// Written now, the value could be undone when the frame lands.
 		d := deny(promcp.CooldownActive, "an earlier write of %v to this register or line (idempotency_key %q) has no known outcome, "+
-			"and the device may still apply it until %s (the bus's late_write_ms); nothing is written to it before then. "+
+			"and the device may still apply it until %s (%s); nothing is written to it before then. "+
 			"Retry after that; a retry of %q settles that write",
-			l.value, l.key, promcp.Time(l.until), l.key)
+			l.value, l.key, promcp.Time(l.until), l.why, l.key)
 		d.clearsAt = l.until
 		return d
 	}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -96,10 +97,14 @@ func (e *Engine) do(ctx context.Context, caller Caller, pt *point, req promcp.Do
 		case rec.Fingerprint != fp:
 			return e.refuse(pt, key, "", fmt.Sprintf("idempotency_key %q was already used for a different request; use a new key for a new action", key))
 		case rec.InDoubt:
-			proved, err := e.waitLate(ctx, rec.LateUntil, pt.site.lateReply(key))
+			l, _ := pt.site.lateOf(key)
+			if l.until.After(rec.LateUntil) {
+				rec.LateUntil = l.until // a window widened in memory only: its record could not be saved
+			}
+			proved, err := e.waitLate(ctx, rec.LateUntil, l.reply)
 			if err != nil {
 				outcome = OutcomeInDoubt
-				return e.stillLate(pt, key, rec, err)
+				return e.stillLate(pt, key, rec, l.why, err)
 			}
 			pt.site.endLate(key)
 			if resp, outcome = e.settleLocked(ctx, pt, key, rec, proved); outcome != "" {
@@ -209,11 +214,15 @@ func (e *Engine) write(ctx context.Context, pt *point, base Record, key string, 
 	if werr != nil {
 		retry := "the retry checks the device and never writes twice"
 		var late *drivers.LateReply // the bus listens for the device's reply to the frame
-		if pt.late > 0 {
+		window, why, acked := pt.late, whyLate, acknowledged(werr)
+		if acked {
+			window, why = max(pt.late, pt.ack), whyAck
+		}
+		if window > 0 {
 			errors.As(werr, &late)
-			e.lateWindow(wctx, pt, key, &intent, late)
-			retry = fmt.Sprintf("the device may still apply it until %s (the bus's late_write_ms), so the retry waits until then, "+
-				"then checks the device and never writes twice; other writes to this register are refused until then", promcp.Time(intent.LateUntil))
+			e.lateWindow(wctx, pt, key, &intent, window, why, acked, late)
+			retry = fmt.Sprintf("the device may still apply it until %s (%s), so the retry waits until then, "+
+				"then checks the device and never writes twice; other writes to this register are refused until then", promcp.Time(intent.LateUntil), why)
 			if late != nil {
 				retry += ", unless the device's late reply to the write proves it applied first: that settles the key at once"
 			}
@@ -239,24 +248,29 @@ func (e *Engine) write(ctx context.Context, pt *point, base Record, key string, 
 }
 
 // lateWindow starts the settle window of an in-doubt write: the device may
-// still apply the frame for the bus's late_write_ms after the bus gave up
-// on it. While the caller is still there, the bus gave up when the write
-// returned, so the intent's bound (from the deadline) is narrowed to that;
-// a caller that went away may have left the frame on the bus until the
-// deadline. Other writes to the site are refused until the window ends, or
-// until the device's late reply proves the write applied when the bus
-// listens for it (reply, else nil).
-func (e *Engine) lateWindow(ctx context.Context, pt *point, key string, intent *Record, reply *drivers.LateReply) {
-	if until := e.now().Add(pt.late); ctx.Err() == nil && until.Before(intent.LateUntil) {
-		narrowed := *intent
-		narrowed.LateUntil = until
-		// Unsaved, the intent's bound stands: the window is never shorter
-		// in memory than a restart would find it.
-		if err := e.idem.Save(key, narrowed); err == nil {
-			*intent = narrowed
+// still apply the frame for window (why) after the bus gave up on it, or
+// after it acknowledged it (acked: exception 5, acted on later). While the
+// caller is still there, the bus gave up when the write returned, so the
+// intent's bound (from the deadline) is narrowed to that; a caller that
+// went away may have left the frame on the bus until the deadline. An
+// acknowledge came back, so the frame's travel is over; its window runs
+// from then, narrowing the intent's bound or widening it (on a bus without
+// late_write_ms the intent has none). Other writes to the site are refused
+// until the window ends, or until the device's late reply proves the write
+// applied when the bus listens for it (reply, else nil).
+func (e *Engine) lateWindow(ctx context.Context, pt *point, key string, intent *Record, window time.Duration, why string, acked bool, reply *drivers.LateReply) {
+	until := e.now().Add(window)
+	if acked && !until.Equal(intent.LateUntil) || ctx.Err() == nil && until.Before(intent.LateUntil) {
+		next := *intent
+		next.LateUntil = until
+		// Unsaved, a narrowed window keeps the intent's bound: the window is
+		// never shorter in memory than a restart would find it. A widened
+		// one stands in memory all the same (a retry waits for the longer).
+		if err := e.idem.Save(key, next); err == nil || until.After(intent.LateUntil) {
+			*intent = next
 		}
 	}
-	pt.site.noteLate(lateWrite{key: key, value: intent.Response.AppliedValue, until: intent.LateUntil, reply: reply})
+	pt.site.noteLate(lateWrite{key: key, value: intent.Response.AppliedValue, until: intent.LateUntil, why: why, reply: reply})
 }
 
 // awaitLateReply settles key when the bus hears the device's late reply to
@@ -335,16 +349,17 @@ func (e *Engine) waitLate(ctx context.Context, until time.Time, reply *drivers.L
 }
 
 // stillLate answers a retry of an in-doubt key that could not wait for the
-// end of its settle window (why): nothing is written and the key stays in
-// doubt, as the first answer said.
-func (e *Engine) stillLate(pt *point, key string, rec Record, why error) promcp.DoResponse {
+// end of its settle window (open for window, as lateWrite.why says; "" when
+// unknown) for why: nothing is written and the key stays in doubt, as the
+// first answer said.
+func (e *Engine) stillLate(pt *point, key string, rec Record, window string, why error) promcp.DoResponse {
 	resp := e.response(pt, key)
 	resp.Permission = promcp.SourceUnreachable
 	resp.PreviousValue = rec.Response.PreviousValue
-	resp.Reason = fmt.Sprintf("this key's write of %v (sent %s) has no known outcome, and the device may still apply it until %s (the bus's late_write_ms); "+
+	resp.Reason = fmt.Sprintf("this key's write of %v (sent %s) has no known outcome, and the device may still apply it until %s (%s); "+
 		"checking before then proves nothing, and this call could not wait (%v). Nothing was written. "+
 		"Retry with the same idempotency_key after %s: the retry checks the device and never writes twice",
-		rec.Response.AppliedValue, promcp.Time(rec.SentAt), promcp.Time(rec.LateUntil), why, promcp.Time(rec.LateUntil))
+		rec.Response.AppliedValue, promcp.Time(rec.SentAt), promcp.Time(rec.LateUntil), cmp.Or(window, whyRestored), why, promcp.Time(rec.LateUntil))
 	e.log.Info("do in-doubt key retried inside its settle window", "tool", pt.tool, "key", key, "late_until", rec.LateUntil, "why", why)
 	return resp
 }
@@ -386,6 +401,13 @@ func outcomeWarning(err error) string {
 func inDoubt(err error) bool {
 	return errors.Is(err, drivers.ErrInDoubt) || errors.Is(err, drivers.ErrTimeout) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrDriverPanic)
+}
+
+// acknowledged says the device answered the write with exception 5
+// (acknowledge): it accepted it and acts on it later.
+func acknowledged(err error) bool {
+	var ex *drivers.ModbusException
+	return errors.As(err, &ex) && ex.Code == 5
 }
 
 // notApplied answers a write that certainly changed nothing: the device

@@ -111,7 +111,10 @@ type point struct {
 	site     *site
 	// late is its bus's settle window: how long after a write frame was
 	// given up on the device may still apply it (manifest.Bus.LateWrite).
-	late   time.Duration
+	late time.Duration
+	// ack is how long after the device acknowledged a write (exception 5)
+	// it may still act on it (manifest.Bus.Acknowledge).
+	ack    time.Duration
 	dev    atomic.Pointer[device] // its breaker and queue, once looked up (breaker.go)
 	bus    *busCounters
 	counts toolCounters
@@ -267,7 +270,7 @@ func (e *Engine) bind(cat *catalog, c *manifest.Capability, bus drivers.Bus) err
 		return fmt.Errorf("capability %s: %w", c.ToolName(), err)
 	}
 	pt := &point{c: c, tool: c.ToolName(), rules: e.p.Rules(c.ToolName()), drv: drv, busType: c.Binding.Type, location: locationKey(c), nameWords: words(c.Name), adopted: cat.m.AdoptedFrom(c),
-		late: cat.m.Buses[c.Binding.Bus].LateWrite()}
+		late: cat.m.Buses[c.Binding.Bus].LateWrite(), ack: cat.m.Buses[c.Binding.Bus].Acknowledge()}
 	pt.outage, _ = drv.(drivers.Outage)
 	if pt.bus = cat.busCounts[c.Binding.Bus]; pt.bus == nil {
 		pt.bus = &busCounters{name: c.Binding.Bus, typ: c.Binding.Type}

@@ -160,7 +160,7 @@ func (e *Engine) restoreLate() error {
 		if !ok || !rec.LateUntil.After(now) {
 			continue
 		}
-		pt.site.noteLate(lateWrite{key: key, value: rec.Response.AppliedValue, until: rec.LateUntil})
+		pt.site.noteLate(lateWrite{key: key, value: rec.Response.AppliedValue, until: rec.LateUntil, why: whyRestored})
 		e.log.Info("in-doubt write may still reach the device", "tool", rec.Tool, "key", key, "late_until", rec.LateUntil)
 	}
 	return nil

@@ -27,16 +27,26 @@ type site struct {
 }
 
 // lateWrite is an in-doubt write whose frame the device may still apply
-// until until (the end of its bus's settle window, late_write_ms).
+// until until (the end of its settle window: its bus's late_write_ms, or
+// acknowledge_ms after the device acknowledged it).
 type lateWrite struct {
 	key   string
 	value any
 	until time.Time
+	// why the window is open, as answers say it (whyLate, whyAck, whyRestored)
+	why string
 	// reply is the bus listening for the device's reply to the frame (nil:
 	// it does not). Once the reply proved the frame applied, the frame can
 	// no longer land later: the window is over.
 	reply *drivers.LateReply
 }
+
+// Why a settle window is open, as the answers about it say.
+const (
+	whyLate     = "the bus's late_write_ms"
+	whyAck      = "the device acknowledged it (Modbus exception 5) and acts on it later: the bus's acknowledge_ms"
+	whyRestored = "the bus's late_write_ms, or acknowledge_ms after an acknowledge"
+)
 
 // noteLate records an in-doubt write's settle window; of two, the one that
 // ends later stands.
@@ -56,15 +66,14 @@ func (s *site) pendingLate(now func() time.Time) (lateWrite, bool) {
 	return s.late, !s.late.until.IsZero() && !s.late.reply.Applied() && now().Before(s.late.until)
 }
 
-// lateReply is the bus listening for the reply to key's in-doubt frame;
-// nil when it does not, or key has no window here.
-func (s *site) lateReply(key string) *drivers.LateReply {
+// lateOf is key's settle window here (ok false: none).
+func (s *site) lateOf(key string) (l lateWrite, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.late.key != key {
-		return nil
+	if s.late.key != key || s.late.until.IsZero() {
+		return lateWrite{}, false
 	}
-	return s.late.reply
+	return s.late, true
 }
 
 // endLate ends key's settle window once it has been waited out (on the

@@ -139,7 +139,7 @@ var wireModes = []modbusfault.Fault{
 	{Mode: modbusfault.ApplyDrop}, {Mode: modbusfault.ApplyNoReply}, {Mode: modbusfault.ApplyFIN},
 	{Mode: modbusfault.ApplyRST}, {Mode: modbusfault.Hang}, {Mode: modbusfault.Delay},
 	{Mode: modbusfault.Exception, Code: 3}, {Mode: modbusfault.Garble}, {Mode: modbusfault.Mismatch},
-	{Mode: modbusfault.ApplyException, Code: 11},
+	{Mode: modbusfault.ApplyException, Code: 11}, {Mode: modbusfault.AckLater},
 }
 
 // faulted makes a call that meets fault on its FC6 write, then lets the
@@ -151,7 +151,7 @@ func (w *wireRig) faulted(t *testing.T, fault modbusfault.Fault, v int, key stri
 	t.Helper()
 	hold := make(chan struct{})
 	fault.Match, fault.Times, fault.Hold = modbusfault.At(6, 0), 1, hold
-	sent := w.dev.Requests(6)
+	sent, applied := w.dev.Requests(6), w.dev.Writes(modbusfault.HoldingRegisters, 0)
 	w.dev.Inject(fault)
 	resp := w.do(t, "do_flow_setpoint", v, key)
 	close(hold)
@@ -162,6 +162,12 @@ func (w *wireRig) faulted(t *testing.T, fault modbusfault.Fault, v int, key stri
 	}
 	if n := w.dev.Requests(6) - sent; n != 1 {
 		t.Fatalf("%s: one call put %d FC6 frames on the wire (answered %+v)", key, n, resp)
+	}
+	if fault.Mode == modbusfault.AckLater {
+		// acknowledged: it is applied after its answer
+		if err := w.dev.AwaitWrites(ctx, modbusfault.HoldingRegisters, 0, applied+1); err != nil {
+			t.Fatalf("%s: the acknowledged write was never applied: %v", key, err)
+		}
 	}
 	return resp
 }
@@ -194,7 +200,8 @@ func TestWireFaultsOneWritePerCall(t *testing.T) {
 							defer setup.Unlock()
 							return newWireRig(t, rtu, retries)
 						}()
-						n, c := wireScenario(t, w, f, !rtu)
+						// An acknowledge opens a window on either bus.
+						n, c := wireScenario(t, w, f, !rtu || f.Mode == modbusfault.AckLater)
 						mu.Lock()
 						scenarios++
 						calls += c
@@ -212,8 +219,8 @@ func TestWireFaultsOneWritePerCall(t *testing.T) {
 }
 
 // wireScenario makes five or six calls, two of them meeting f, and returns
-// how many writes the device applied and how many calls it made. window says the bus has a settle
-// window (late_write_ms, TCP): another key's write during it is refused,
+// how many writes the device applied and how many calls it made. window says the write has a settle
+// window (late_write_ms, TCP; acknowledge_ms after an acknowledge): another key's write during it is refused,
 // until the device's late reply to the lost write (a held Delay reply)
 // proves it applied.
 func wireScenario(t *testing.T, w *wireRig, f modbusfault.Fault, window bool) (applied, calls int) {

@@ -72,6 +72,21 @@ func (b *Bus) LateWrite() time.Duration {
 	return time.Duration(b.ModbusTCP.LateWriteMs) * time.Millisecond
 }
 
+// Acknowledge is how long after a device answered a write with exception 5
+// (acknowledge: accepted, to be acted on later) it may still act on it
+// (acknowledge_ms): 0 but on a Modbus bus.
+func (b *Bus) Acknowledge() time.Duration {
+	switch {
+	case b == nil:
+		return 0
+	case b.ModbusTCP != nil:
+		return time.Duration(b.ModbusTCP.AcknowledgeMs) * time.Millisecond
+	case b.ModbusRTU != nil:
+		return time.Duration(b.ModbusRTU.AcknowledgeMs) * time.Millisecond
+	}
+	return 0
+}
+
 // I2CBus is a Linux I2C adapter.
 type I2CBus struct {
 	// Device is the adapter: a number N or a path /dev/i2c-N.
@@ -99,9 +114,10 @@ const DefaultMaxGap = 8
 // does not set it.
 const DefaultModbusTimeoutMs = 1000
 
-// LateWriteFactor gives late_write_ms when the manifest does not set it, as
-// a multiple of the bus's timeout_ms (docs/engine.md, "In-doubt writes"),
-// and MaxLateWriteMs bounds it: a write to the register waits that long.
+// LateWriteFactor gives late_write_ms and acknowledge_ms when the manifest
+// does not set them, as a multiple of the bus's timeout_ms (docs/engine.md,
+// "In-doubt writes"), and MaxLateWriteMs bounds them: a write to the
+// register waits that long.
 const (
 	LateWriteFactor = 2
 	MaxLateWriteMs  = 600_000
@@ -118,6 +134,10 @@ type ModbusTCPBus struct {
 	// server, or a gateway's queue, may still apply it. Validation fills
 	// in its default (LateWriteFactor times the timeout; 0 when simulated).
 	LateWriteMs int `yaml:"late_write_ms"`
+	// AcknowledgeMs is how long after the device answered a write with
+	// exception 5 (acknowledge) it may still act on it. Validation fills in
+	// its default (LateWriteFactor times the timeout; 0 when simulated).
+	AcknowledgeMs int `yaml:"acknowledge_ms"`
 
 	At Positions `yaml:"-"`
 }
@@ -134,6 +154,8 @@ type ModbusRTUBus struct {
 	Retries   int    `yaml:"retries"`
 	MaxGap    int    `yaml:"max_gap"`
 	RS485     *RS485 `yaml:"rs485"`
+	// AcknowledgeMs: as for ModbusTCPBus.
+	AcknowledgeMs int `yaml:"acknowledge_ms"`
 
 	At Positions `yaml:"-"`
 }

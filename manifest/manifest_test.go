@@ -275,6 +275,8 @@ var manifestEdits = []edit{
 	{name: "late_write_ms negative", base: pumpSkid, old: "    retries: 1\n", new: "    retries: 1\n    late_write_ms: -1\n", at: "late_write_ms: ^-1", msg: "0..600000"},
 	{name: "late_write_ms too large", base: pumpSkid, old: "    retries: 1\n", new: "    retries: 1\n    late_write_ms: 600001\n", at: "late_write_ms: ^600001", msg: "0..600000"},
 	{name: "late_write_ms on rtu", base: greenhouse, old: "    timeout_ms: 500\n", new: "    timeout_ms: 500\n    late_write_ms: 100\n", at: "late_write_ms", msg: `unknown key "late_write_ms"`},
+	{name: "acknowledge_ms negative on rtu", base: greenhouse, old: "    timeout_ms: 500\n", new: "    timeout_ms: 500\n    acknowledge_ms: -5\n", at: "acknowledge_ms: ^-5", msg: "buses.rs485.acknowledge_ms: must be 0..600000"},
+	{name: "acknowledge_ms too large on tcp", base: pumpSkid, old: "    retries: 1\n", new: "    retries: 1\n    acknowledge_ms: 600001\n", at: "acknowledge_ms: ^600001", msg: "acknowledge_ms: must be 0..600000"},
 	{name: "max_gap too large", base: greenhouse, old: "    timeout_ms: 500\n", new: "    timeout_ms: 500\n    max_gap: 2001\n", at: "max_gap: ^2001", msg: "0..2000"},
 	{name: "timeout zero", base: greenhouse, old: "    cache_ttl_ms: 1000\n", new: "    cache_ttl_ms: 1000\n    timeout_ms: 0\n", at: "timeout_ms: ^0", msg: "at least 1"},
 	{name: "deadband on bool", base: greenhouse, old: "    semantic_tags: [door, contact, security]\n", new: "    semantic_tags: [door, contact, security]\n    deadband: 1\n", at: "1\n", msg: "a deadband only applies to float and int capabilities, not bool"},
@@ -494,7 +496,7 @@ func TestMaxGapDefault(t *testing.T) {
 
 // late_write_ms defaults to twice the timeout on a real modbus-tcp bus, to
 // 0 on a simulated one, and a written value (0 too) stays; no other bus has
-// a window.
+// a window. acknowledge_ms is alike on modbus-tcp and modbus-rtu buses.
 func TestLateWriteDefault(t *testing.T) {
 	const text = `physmcp_version: "0.1"
 device: {id: late, type: test_rig}
@@ -510,15 +512,19 @@ capabilities:
     semantic_tags: [flow]
 `
 	for _, c := range []struct {
-		bus  string
-		want time.Duration
+		bus       string
+		want, ack time.Duration
 	}{
-		{"{type: modbus-tcp, address: 192.0.2.1:502, timeout_ms: 700}", 1400 * time.Millisecond},
-		{"{type: modbus-tcp, address: 192.0.2.1:502}", 2 * time.Second},
-		{"{type: modbus-tcp, address: 192.0.2.1:502, late_write_ms: 0}", 0},
-		{"{type: modbus-tcp, address: 192.0.2.1:502, simulated: true}", 0},
-		{"{type: modbus-tcp, address: 192.0.2.1:502, simulated: true, late_write_ms: 1500}", 1500 * time.Millisecond},
-		{"{type: modbus-rtu, port: /dev/serial/by-id/x, baud: 9600, parity: even, stop_bits: 1}", 0},
+		{"{type: modbus-tcp, address: 192.0.2.1:502, timeout_ms: 700}", 1400 * time.Millisecond, 1400 * time.Millisecond},
+		{"{type: modbus-tcp, address: 192.0.2.1:502}", 2 * time.Second, 2 * time.Second},
+		{"{type: modbus-tcp, address: 192.0.2.1:502, late_write_ms: 0}", 0, 2 * time.Second},
+		{"{type: modbus-tcp, address: 192.0.2.1:502, acknowledge_ms: 5000}", 2 * time.Second, 5 * time.Second},
+		{"{type: modbus-tcp, address: 192.0.2.1:502, simulated: true}", 0, 0},
+		{"{type: modbus-tcp, address: 192.0.2.1:502, simulated: true, late_write_ms: 1500}", 1500 * time.Millisecond, 0},
+		{"{type: modbus-rtu, port: /dev/serial/by-id/x, baud: 9600, parity: even, stop_bits: 1}", 0, 2 * time.Second},
+		{"{type: modbus-rtu, port: /dev/serial/by-id/x, baud: 9600, parity: even, stop_bits: 1, timeout_ms: 300}", 0, 600 * time.Millisecond},
+		{"{type: modbus-rtu, port: /dev/serial/by-id/x, baud: 9600, parity: even, stop_bits: 1, acknowledge_ms: 0}", 0, 0},
+		{"{type: modbus-rtu, port: /dev/x, baud: 9600, parity: even, stop_bits: 1, simulated: true}", 0, 0},
 	} {
 		m, diags := Parse("m.yml", []byte(fmt.Sprintf(text, c.bus)))
 		if m == nil {
@@ -526,6 +532,9 @@ capabilities:
 		}
 		if got := m.Buses["plc"].LateWrite(); got != c.want {
 			t.Errorf("%s: late write window %s, want %s", c.bus, got, c.want)
+		}
+		if got := m.Buses["plc"].Acknowledge(); got != c.ack {
+			t.Errorf("%s: acknowledge window %s, want %s", c.bus, got, c.ack)
 		}
 	}
 }

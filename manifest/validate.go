@@ -173,16 +173,17 @@ func (v *validator) maxGap(at Positions, path string, gap *int) {
 	}
 }
 
-// lateWrite checks late_write_ms and fills in its default: twice the
-// timeout, or 0 on a simulated bus, whose device applies every write at once.
-func (v *validator) lateWrite(b *Bus, k *ModbusTCPBus, path string) {
+// window checks a settle window key (late_write_ms, acknowledge_ms) and
+// fills in its default: twice the timeout, or 0 on a simulated bus, whose
+// device applies every write at once.
+func (v *validator) window(b *Bus, at Positions, path, key string, ms *int, timeoutMs int) {
 	switch {
-	case !k.At.Has("late_write_ms"):
+	case !at.Has(key):
 		if !b.Simulated {
-			k.LateWriteMs = LateWriteFactor * cmp.Or(k.TimeoutMs, DefaultModbusTimeoutMs)
+			*ms = LateWriteFactor * cmp.Or(timeoutMs, DefaultModbusTimeoutMs)
 		}
-	case k.LateWriteMs < 0 || k.LateWriteMs > MaxLateWriteMs:
-		v.errorf(k.At.Of("late_write_ms"), path+".late_write_ms", "must be 0..%d, got %d", MaxLateWriteMs, k.LateWriteMs)
+	case *ms < 0 || *ms > MaxLateWriteMs:
+		v.errorf(at.Of(key), path+"."+key, "must be 0..%d, got %d", MaxLateWriteMs, *ms)
 	}
 }
 
@@ -241,7 +242,8 @@ func (v *validator) bus(b *Bus) {
 		v.timeout(k.At, path, k.TimeoutMs)
 		v.nonNegative(k.At, path, "retries", k.Retries)
 		v.maxGap(k.At, path, &k.MaxGap)
-		v.lateWrite(b, k, path)
+		v.window(b, k.At, path, "late_write_ms", &k.LateWriteMs, k.TimeoutMs)
+		v.window(b, k.At, path, "acknowledge_ms", &k.AcknowledgeMs, k.TimeoutMs)
 	case b.ModbusRTU != nil:
 		v.rtu(b, b.ModbusRTU, path)
 	case b.MCP != nil:
@@ -281,6 +283,7 @@ func (v *validator) rtu(b *Bus, k *ModbusRTUBus, path string) {
 	v.timeout(k.At, path, k.TimeoutMs)
 	v.nonNegative(k.At, path, "retries", k.Retries)
 	v.maxGap(k.At, path, &k.MaxGap)
+	v.window(b, k.At, path, "acknowledge_ms", &k.AcknowledgeMs, k.TimeoutMs)
 	if k.RS485 != nil {
 		v.rs485(b, k, path+".rs485")
 	}

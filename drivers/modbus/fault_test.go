@@ -145,6 +145,7 @@ var faultCases = []faultCase{
 	{name: "garble", fault: modbusfault.Fault{Mode: modbusfault.Garble}, applied: true, inDoubt: true},
 	{name: "mismatch", fault: modbusfault.Fault{Mode: modbusfault.Mismatch}, applied: true, inDoubt: true},
 	{name: "late-apply", fault: modbusfault.Fault{Mode: modbusfault.LateApply, Delay: 3 * faultTimeout / 2}, applied: true, inDoubt: true, cause: drivers.ErrTimeout},
+	{name: "acknowledged-applied-later", fault: modbusfault.Fault{Mode: modbusfault.AckLater, Code: 5}, applied: true, inDoubt: true},
 }
 
 // awaitHandled waits until the device has finished with n requests with
@@ -155,6 +156,17 @@ func awaitHandled(t *testing.T, dev *modbusfault.Device, fc uint8, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := dev.AwaitHandled(ctx, fc, n); err != nil {
+		t.Error(err)
+	}
+}
+
+// awaitWrites waits until the device has applied n writes to faultAddr of
+// table (10 s at most).
+func awaitWrites(t *testing.T, dev *modbusfault.Device, table modbusfault.Table, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := dev.AwaitWrites(ctx, table, faultAddr, n); err != nil {
 		t.Error(err)
 	}
 }
@@ -217,6 +229,10 @@ func writeUnderFault(t *testing.T, fb faultBus, fc faultCase, op writeOp) {
 		close(hold)
 	}
 	awaitHandled(t, fb.dev, op.fc, 1)
+	if fc.applied {
+		// An acknowledged write is applied after its answer.
+		awaitWrites(t, fb.dev, op.table, 1)
+	}
 
 	frames, applied := fb.dev.Requests(op.fc), fb.dev.Writes(op.table, faultAddr)
 	var exc *drivers.ModbusException
@@ -243,7 +259,7 @@ func writeUnderFault(t *testing.T, fb faultBus, fc faultCase, op writeOp) {
 		if !isExc || exc.Code != fc.fault.Code || exc.Function != op.fc || errors.Is(err, drivers.ErrInDoubt) {
 			t.Errorf("FC%d: err = %v, want exception %d to FC%d, not in doubt", op.fc, err, fc.fault.Code, op.fc)
 		}
-	case fc.fault.Mode == modbusfault.ApplyException:
+	case fc.fault.Mode == modbusfault.ApplyException || fc.fault.Mode == modbusfault.AckLater:
 		if !isExc || exc.Code != fc.fault.Code || !errors.Is(err, drivers.ErrInDoubt) {
 			t.Errorf("FC%d: err = %v, want exception %d, in doubt", op.fc, err, fc.fault.Code)
 		}
@@ -378,7 +394,7 @@ func TestFaultReadsStillRetry(t *testing.T) {
 
 		wantFrames, recovers := 1, false
 		switch m := fc.fault.Mode; {
-		case m == modbusfault.Exception || m == modbusfault.ApplyException: // an answer: never retried
+		case m == modbusfault.Exception || m == modbusfault.ApplyException || m == modbusfault.AckLater: // an answer: never retried
 		case (m == modbusfault.Delay || m == modbusfault.LateApply) && fc.fault.Delay < faultTimeout:
 			recovers = true
 		case retries > 0:

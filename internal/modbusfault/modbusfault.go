@@ -10,6 +10,7 @@
 package modbusfault
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -65,10 +66,15 @@ const (
 	// answered after the gateway's own timeout, or a device answers 4
 	// (server device failure) when it failed after acting.
 	ApplyException
+	// AckLater: answer with exception 5 (acknowledge: accepted, to be acted
+	// on later) at once, then apply the request after Fault.Delay (or once
+	// Fault.Hold is closed), serving other requests meanwhile, as a device
+	// does with a command that takes it a while.
+	AckLater
 )
 
 var modeNames = [...]string{"normal", "apply-drop", "apply-no-reply", "apply-fin", "apply-rst", "hang", "delay",
-	"exception", "garble", "mismatch", "late-apply", "late-exception", "apply-exception"}
+	"exception", "garble", "mismatch", "late-apply", "late-exception", "apply-exception", "ack-later"}
 
 func (m Mode) String() string {
 	if m < 0 || int(m) >= len(modeNames) {
@@ -144,7 +150,8 @@ type Device struct {
 	handled  map[uint8]int   // requests finished with per function code
 	changed  chan struct{}   // closed and replaced when requests or handled grows
 	faults   []*Fault
-	done     chan struct{} // closed when the server closes; ends delays
+	done     chan struct{}  // closed when the server closes; ends delays
+	later    sync.WaitGroup // AckLater requests still to apply
 }
 
 func newDevice() *Device {
@@ -194,24 +201,33 @@ func (d *Device) Requests(fc uint8) int {
 }
 
 // AwaitHandled waits until the device has finished with n requests with
-// function code fc: acted on them (applied or not), answered them or chosen
-// silence, and ended their connection when the fault says so. A request sent
-// just before the client gave up may reach the device only after, so a test
-// that counts what a call put on the wire waits for this first.
+// function code fc: acted on them (applied or not, but for an AckLater
+// request still to apply), answered them or chosen silence, and ended their
+// connection when the fault says so. A request sent just before the client
+// gave up may reach the device only after, so a test that counts what a
+// call put on the wire waits for this first.
 func (d *Device) AwaitHandled(ctx context.Context, fc uint8, n int) error {
-	return d.await(ctx, d.handled, "finished with", fc, n)
+	return d.await(ctx, func() int { return d.handled[fc] }, fmt.Sprintf("finished with %%d FC%d requests", fc), n)
 }
 
 // AwaitRequests waits until n requests with function code fc have arrived,
 // whatever becomes of them (a held one has arrived and is not handled yet).
 func (d *Device) AwaitRequests(ctx context.Context, fc uint8, n int) error {
-	return d.await(ctx, d.requests, "received", fc, n)
+	return d.await(ctx, func() int { return d.requests[fc] }, fmt.Sprintf("received %%d FC%d requests", fc), n)
 }
 
-func (d *Device) await(ctx context.Context, counts map[uint8]int, what string, fc uint8, n int) error {
+// AwaitWrites waits until n applied writes have covered addr of t (as
+// Writes counts them): an AckLater request is applied after its answer.
+func (d *Device) AwaitWrites(ctx context.Context, t Table, addr uint16, n int) error {
+	return d.await(ctx, func() int { return d.writes[cell{t, addr}] }, fmt.Sprintf("applied %%d writes to %d", addr), n)
+}
+
+// await waits until count (called under d.mu) is at least n; what
+// describes it, with a %d for the count, should the wait end first.
+func (d *Device) await(ctx context.Context, count func() int, what string, n int) error {
 	for {
 		d.mu.Lock()
-		got, changed := counts[fc], d.changed
+		got, changed := count(), d.changed
 		d.mu.Unlock()
 		if got >= n {
 			return nil
@@ -219,7 +235,7 @@ func (d *Device) await(ctx context.Context, counts map[uint8]int, what string, f
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return fmt.Errorf("modbusfault: %s %d FC%d requests, waiting for %d: %w", what, got, fc, n, ctx.Err())
+			return fmt.Errorf("modbusfault: "+what+", waiting for %d: %w", got, n, ctx.Err())
 		}
 	}
 }
@@ -306,6 +322,16 @@ func (d *Device) handle(unit uint8, pdu []byte) outcome {
 			defer d.mu.Unlock()
 			return d.apply(r, payload)
 		}}
+	case AckLater:
+		payload = bytes.Clone(payload) // the transport reuses its buffer
+		d.later.Go(func() {
+			if d.wait(f.Delay, f.Hold) {
+				d.mu.Lock()
+				defer d.mu.Unlock()
+				d.apply(r, payload)
+			}
+		})
+		return outcome{mode: AckLater, pdu: []byte{r.Function | 0x80, 5}}
 	}
 	reply := d.apply(r, payload)
 	switch f.Mode {
@@ -447,4 +473,5 @@ func (d *Device) apply(r Request, payload []byte) []byte {
 func (d *Device) store(t Table, addr, v uint16) {
 	d.values[cell{t, addr}] = v
 	d.writes[cell{t, addr}]++
+	d.counted()
 }

@@ -179,3 +179,28 @@ func TestLateApply(t *testing.T) {
 		t.Fatalf("after the hold: %d writes, value %d; want 1 and 5", s.Writes(HoldingRegisters, 1), s.Value(HoldingRegisters, 1))
 	}
 }
+
+// AckLater answers exception 5 at once and applies the write only once its
+// hold is closed.
+func TestAckLater(t *testing.T) {
+	d := newDevice()
+	defer close(d.done)
+	hold := make(chan struct{})
+	d.Inject(Fault{Mode: AckLater, Match: At(6, 10), Times: 1, Hold: hold})
+	if o := d.handle(1, []byte{6, 0, 10, 0, 7}); string(o.pdu) != string([]byte{6 | 0x80, 5}) {
+		t.Fatalf("reply % x, want exception 5", o.pdu)
+	}
+	if d.Writes(HoldingRegisters, 10) != 0 {
+		t.Fatal("applied before the hold was closed")
+	}
+	close(hold)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.AwaitWrites(ctx, HoldingRegisters, 10, 1); err != nil {
+		t.Fatal(err)
+	}
+	d.later.Wait()
+	if d.Value(HoldingRegisters, 10) != 7 || d.Writes(HoldingRegisters, 10) != 1 {
+		t.Fatalf("value %d, %d writes; want 7 and 1", d.Value(HoldingRegisters, 10), d.Writes(HoldingRegisters, 10))
+	}
+}

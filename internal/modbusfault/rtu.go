@@ -61,6 +61,7 @@ func (s *RTU) Close() {
 		_ = os.Remove(s.path)
 		s.ptm.Close()
 		s.wg.Wait()
+		s.later.Wait()
 	})
 }
 

@@ -52,6 +52,7 @@ func (s *TCP) Close() {
 		s.ln.Close()
 		s.CloseConns(false)
 		s.wg.Wait()
+		s.later.Wait()
 	})
 }
 

@@ -1,0 +1,88 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/physmcp/physmcpd/engine"
+	"github.com/physmcp/physmcpd/internal/modbusfault"
+	"github.com/physmcp/physmcpd/promcp"
+)
+
+// ackWindow is acknowledge_ms in these tests: long enough that a quick retry
+// made right after the acknowledge surely falls inside it on a loaded
+// machine.
+const ackWindow = 4000
+
+// A device that answers a write with exception 5 (acknowledge) has accepted
+// it and acts on it later (modbusfault.AckLater, held until the test lets
+// it apply). Over RTU, and over TCP without late_write_ms, a retry with the
+// key used to read the old value at once and write again: two writes
+// applied, a second pulse on a command register. The acknowledge opens a
+// settle window instead: the retry waits it out (or, when it cannot wait,
+// writes nothing), another key is refused with cooldown_active, and the
+// device applies the write once.
+func TestAcknowledgedWriteIsAppliedOnce(t *testing.T) {
+	for _, transport := range []string{"tcp", "rtu"} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			var bus string
+			var dev *modbusfault.Device
+			if transport == "tcp" {
+				s := modbusfault.StartTCP(t)
+				dev = s.Device
+				bus = fmt.Sprintf("{type: modbus-tcp, address: %q, timeout_ms: %d, late_write_ms: 0, acknowledge_ms: %d}", s.Addr(), wireTimeout, ackWindow)
+			} else {
+				s := modbusfault.StartRTU(t)
+				dev = s.Device
+				bus = fmt.Sprintf("{type: modbus-rtu, port: %s, baud: 115200, parity: none, stop_bits: 1, timeout_ms: %d, acknowledge_ms: %d}", s.Path(), wireTimeout, ackWindow)
+			}
+			w := wireRigOn(t, dev, bus, engine.Options{})
+			hold := make(chan struct{})
+			dev.Inject(modbusfault.Fault{Mode: modbusfault.AckLater, Match: modbusfault.At(6, 0), Times: 1, Hold: hold})
+
+			first := w.do(t, "do_flow_setpoint", 500, "A")
+			if first.Status != promcp.StatusFailed || first.Permission != promcp.SourceUnreachable || !strings.Contains(first.Reason, "acknowledge_ms") {
+				t.Fatalf("acknowledged write answered %+v, want in doubt with a settle window", first)
+			}
+			end := lateUntil(t, first.Reason)
+
+			// A retry that cannot wait for the window's end writes nothing.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			quick, err := w.e.Do(ctx, operator, "do_flow_setpoint", promcp.DoRequest{Value: 500, IdempotencyKey: "A"})
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The device acts on the acknowledged write only now.
+			applied := dev.Writes(modbusfault.HoldingRegisters, 0)
+			close(hold)
+			w.await(t, func(ctx context.Context) error {
+				return dev.AwaitWrites(ctx, modbusfault.HoldingRegisters, 0, applied+1)
+			})
+			if n, frames := dev.Writes(modbusfault.HoldingRegisters, 0), dev.Requests(6); n != 1 || frames != 1 {
+				t.Fatalf("after a quick retry and the late apply: %d writes applied, %d FC6 frames; want 1 and 1 (quick retry answered %+v)", n, frames, quick)
+			}
+			if quick.Status != promcp.StatusFailed || quick.Permission != promcp.SourceUnreachable || !strings.Contains(quick.Reason, "could not wait") {
+				t.Fatalf("retry that cannot wait for the window = %+v, want in doubt, nothing written", quick)
+			}
+			// Another key meets the window, applied or not, as cooldown_active.
+			if b := w.do(t, "do_flow_setpoint", 700, "B"); b.Permission != promcp.CooldownActive ||
+				!strings.Contains(b.Reason, `"A"`) || !strings.Contains(b.Reason, "acknowledge_ms") {
+				t.Fatalf("B inside A's settle window = %+v, want cooldown_active naming A and acknowledge_ms", b)
+			}
+
+			again := w.do(t, "do_flow_setpoint", 500, "A")
+			at, _ := time.Parse(time.RFC3339Nano, again.Timestamp)
+			if again.Status != promcp.StatusSuccess || again.AppliedValue != int64(500) || at.Before(end.Truncate(time.Millisecond)) {
+				t.Fatalf("patient retry = %+v, want success with 500 after %s", again, end)
+			}
+			if n, frames := dev.Writes(modbusfault.HoldingRegisters, 0), dev.Requests(6); n != 1 || frames != 1 {
+				t.Fatalf("%d writes applied, %d FC6 frames; want 1 and 1", n, frames)
+			}
+		})
+	}
+}
