@@ -176,3 +176,63 @@ func TestLateReplyGivesWayToAConnectionClosedAtOnce(t *testing.T) {
 	}
 	(<-held).Close()
 }
+
+// More in-doubt writes than MaxListening, each held by the device on its
+// own connection: before each new connection the oldest listening one is
+// closed, so the device never sees more than MaxListening+1 connections open
+// (the bus holds MaxListening at most). A write whose listening was cut
+// short is never proved applied, though the device applies it in the end:
+// the proof is lost, never invented. The later ones are still heard out.
+func TestLateReplyListeningIsCapped(t *testing.T) {
+	const n = MaxListening + 2
+	s := modbusfault.StartTCP(t)
+	set, err := newSettings(int(faultTimeout/time.Millisecond), 0, manifest.DefaultMaxGap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newTCPBus(s.Addr(), set, 30*time.Second)
+	t.Cleanup(func() { b.Close() })
+	var holds [n]chan struct{}
+	var late [n]*drivers.LateReply
+	for i := range n {
+		holds[i] = make(chan struct{})
+		s.Inject(modbusfault.Fault{Mode: modbusfault.LateApply, Match: modbusfault.At(fcWriteRegister, faultAddr+uint16(i)), Times: 1, Hold: holds[i]})
+		err := b.WriteRegisters(context.Background(), 1, faultAddr+uint16(i), []uint16{uint16(100 + i)})
+		if !errors.As(err, &late[i]) {
+			t.Fatalf("held write %d: %v, want listening for the reply", i, err)
+		}
+	}
+	if peak := s.PeakConns(); peak > MaxListening+1 {
+		t.Fatalf("the device saw %d connections open at once after %d in-doubt writes, want at most %d", peak, n, MaxListening+1)
+	}
+	t.Logf("%d in-doubt writes: at most %d connections open at once", n, s.PeakConns())
+	for i := range n - MaxListening {
+		select {
+		case <-late[i].Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("write %d: still listening 10 s after %d later writes", i, n-1-i)
+		}
+	}
+	for _, h := range holds {
+		close(h) // the device applies every write now, and answers where it can
+	}
+	awaitHandled(t, s.Device, fcWriteRegister, n)
+	for i := range n {
+		if i >= n-MaxListening {
+			select {
+			case <-late[i].Done():
+			case <-time.After(10 * time.Second):
+				t.Fatalf("write %d: still listening 10 s after the device answered", i)
+			}
+		}
+		if proved, want := late[i].Applied(), i >= n-MaxListening; proved != want {
+			t.Errorf("write %d: late reply proves it applied: %v, want %v", i, proved, want)
+		}
+		if w := s.Writes(modbusfault.HoldingRegisters, faultAddr+uint16(i)); w != 1 {
+			t.Errorf("write %d applied %d times, want 1", i, w)
+		}
+	}
+	if frames := s.Requests(fcWriteRegister); frames != n {
+		t.Fatalf("%d FC6 frames, want %d", frames, n)
+	}
+}

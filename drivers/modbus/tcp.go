@@ -40,7 +40,7 @@ func OpenTCP(_ context.Context, _ *manifest.Manifest, b *manifest.Bus) (drivers.
 // to a write frame it gave up on is listened for.
 func newTCPBus(addr string, set settings, late time.Duration) *Bus {
 	stop := make(chan struct{})
-	tr := &tcpTransport{addr: addr, stop: stop, late: late, listening: map[net.Conn]struct{}{}}
+	tr := &tcpTransport{addr: addr, stop: stop, late: late}
 	// The handler is used only as the packager (MBAP header); its own
 	// transporter, which reconnects silently and has no backoff, is not used.
 	pk := gb.NewTCPClientHandler(addr)
@@ -61,8 +61,18 @@ type tcpTransport struct {
 
 	late      time.Duration
 	mu        sync.Mutex // guards listening: its connections end on their own goroutines
-	listening map[net.Conn]struct{}
+	listening []net.Conn // oldest first
 }
+
+// MaxListening is how many connections a TCP bus keeps listening for late
+// replies at most. A device takes few connections (a gateway often four, a
+// small device one or two), and each one listening holds a place until
+// late_write_ms has passed: before a new connection is made, the oldest
+// listening ones are closed, so that the bus never holds more than
+// MaxListening connections to the device, the new one included. A write
+// whose listening is cut short loses its proof and never gains one: its
+// settle window is waited out.
+const MaxListening = 2
 
 // errStale marks a failure that suggests the connection was already dead
 // before the request reached the peer (it closed an idle connection or
@@ -84,8 +94,20 @@ func (t *tcpTransport) close() error {
 func (t *tcpTransport) stopListening() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for c := range t.listening {
+	for _, c := range t.listening {
 		_ = c.Close()
+	}
+	t.listening = nil
+}
+
+// makeRoom gives up the oldest late replies listened for until fewer than
+// MaxListening connections listen, before a new connection is made.
+func (t *tcpTransport) makeRoom() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for len(t.listening) >= MaxListening {
+		_ = t.listening[0].Close()
+		t.listening = slices.Delete(t.listening, 0, 1)
 	}
 }
 
@@ -154,7 +176,8 @@ func (t *tcpTransport) try(adu []byte) ([]byte, error) {
 // first, it is left open for the bus's late_write_ms to hear the reply out:
 // a device or gateway that applies the frame late still answers it there,
 // and that echo proves the write applied (drivers.LateReply). Nothing else
-// is sent on the connection meanwhile.
+// is sent on the connection meanwhile, and at most MaxListening listen
+// (makeRoom).
 func (t *tcpTransport) noReply(adu, got []byte, err error) error {
 	if t.mayResend || t.late <= 0 || !errors.Is(err, drivers.ErrTimeout) {
 		t.drop()
@@ -163,13 +186,13 @@ func (t *tcpTransport) noReply(adu, got []byte, err error) error {
 	conn, lr := t.conn, drivers.NewLateReply(err)
 	t.conn = nil
 	t.mu.Lock()
-	t.listening[conn] = struct{}{}
+	t.listening = append(t.listening, conn)
 	t.mu.Unlock()
 	adu, got, until := slices.Clone(adu), slices.Clone(got), time.Now().Add(t.late)
 	go func() {
 		echo := awaitEcho(conn, adu, got, until)
 		t.mu.Lock()
-		delete(t.listening, conn)
+		t.listening = slices.DeleteFunc(t.listening, func(c net.Conn) bool { return c == conn })
 		t.mu.Unlock()
 		_ = conn.Close()
 		lr.End(echo)
@@ -225,6 +248,7 @@ func (t *tcpTransport) connect() error {
 	if err := t.bo.wait(time.Now(), t.deadline, t.stop); err != nil {
 		return err
 	}
+	t.makeRoom()
 	d := net.Dialer{Deadline: t.deadline}
 	conn, err := d.Dial("tcp", t.addr)
 	if err != nil {

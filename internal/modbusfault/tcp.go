@@ -16,6 +16,7 @@ type TCP struct {
 	wg    sync.WaitGroup
 	mu    sync.Mutex
 	conns map[*net.TCPConn]bool
+	peak  int // the most connections open at once (PeakConns)
 }
 
 // StartTCP listens on 127.0.0.1 and serves until the test ends.
@@ -42,6 +43,17 @@ func ListenTCP() (*TCP, error) {
 
 // Addr is the host:port to connect to.
 func (s *TCP) Addr() string { return s.ln.Addr().String() }
+
+// PeakConns is the most connections that were open at once, counted as each
+// is accepted: those the server has not closed and (on Linux) the client
+// has not closed either, as a device with few connection places counts
+// them. A connection the server still serves (a held request) but whose
+// client has closed it no longer holds a place.
+func (s *TCP) PeakConns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peak
+}
 
 // Close stops the server and closes its connections.
 func (s *TCP) Close() {
@@ -85,6 +97,13 @@ func (s *TCP) accept() {
 		default:
 		}
 		s.conns[tc] = true
+		open := 0
+		for c := range s.conns {
+			if clientOpen(c) {
+				open++
+			}
+		}
+		s.peak = max(s.peak, open)
 		s.mu.Unlock()
 		s.wg.Go(func() {
 			s.serve(tc)
