@@ -10,12 +10,45 @@ import (
 	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/internal/modbusfault"
 	"github.com/physmcp/physmcpd/promcp"
+	"github.com/physmcp/physmcpd/state"
 )
 
 // ackWindow is acknowledge_ms in these tests: long enough that a quick retry
 // made right after the acknowledge surely falls inside it on a loaded
 // machine.
 const ackWindow = 4000
+
+// newAckRig is a rig on a Modbus device (transport tcp, with late_write_ms
+// 0, or rtu) that acknowledges the first FC6 write to holding register 0
+// and applies it once hold is closed.
+func newAckRig(t *testing.T, transport string, opts engine.Options) (w *wireRig, hold chan struct{}) {
+	t.Helper()
+	var bus string
+	var dev *modbusfault.Device
+	if transport == "tcp" {
+		s := modbusfault.StartTCP(t)
+		dev = s.Device
+		bus = fmt.Sprintf("{type: modbus-tcp, address: %q, timeout_ms: %d, late_write_ms: 0, acknowledge_ms: %d}", s.Addr(), wireTimeout, ackWindow)
+	} else {
+		s := modbusfault.StartRTU(t)
+		dev = s.Device
+		bus = fmt.Sprintf("{type: modbus-rtu, port: %s, baud: 115200, parity: none, stop_bits: 1, timeout_ms: %d, acknowledge_ms: %d}", s.Path(), wireTimeout, ackWindow)
+	}
+	w = wireRigOn(t, dev, bus, opts)
+	hold = make(chan struct{})
+	dev.Inject(modbusfault.Fault{Mode: modbusfault.AckLater, Match: modbusfault.At(6, 0), Times: 1, Hold: hold})
+	return w, hold
+}
+
+// acknowledged makes the write the device acknowledges, through e.
+func (w *wireRig) acknowledged(t *testing.T, e *engine.Engine) promcp.DoResponse {
+	t.Helper()
+	first := doOn(t, e, "do_flow_setpoint", 500, "A")
+	if first.Status != promcp.StatusFailed || first.Permission != promcp.SourceUnreachable || !strings.Contains(first.Reason, "acknowledge_ms") {
+		t.Fatalf("acknowledged write answered %+v, want in doubt with a settle window", first)
+	}
+	return first
+}
 
 // A device that answers a write with exception 5 (acknowledge) has accepted
 // it and acts on it later (modbusfault.AckLater, held until the test lets
@@ -29,26 +62,9 @@ func TestAcknowledgedWriteIsAppliedOnce(t *testing.T) {
 	for _, transport := range []string{"tcp", "rtu"} {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
-			var bus string
-			var dev *modbusfault.Device
-			if transport == "tcp" {
-				s := modbusfault.StartTCP(t)
-				dev = s.Device
-				bus = fmt.Sprintf("{type: modbus-tcp, address: %q, timeout_ms: %d, late_write_ms: 0, acknowledge_ms: %d}", s.Addr(), wireTimeout, ackWindow)
-			} else {
-				s := modbusfault.StartRTU(t)
-				dev = s.Device
-				bus = fmt.Sprintf("{type: modbus-rtu, port: %s, baud: 115200, parity: none, stop_bits: 1, timeout_ms: %d, acknowledge_ms: %d}", s.Path(), wireTimeout, ackWindow)
-			}
-			w := wireRigOn(t, dev, bus, engine.Options{})
-			hold := make(chan struct{})
-			dev.Inject(modbusfault.Fault{Mode: modbusfault.AckLater, Match: modbusfault.At(6, 0), Times: 1, Hold: hold})
-
-			first := w.do(t, "do_flow_setpoint", 500, "A")
-			if first.Status != promcp.StatusFailed || first.Permission != promcp.SourceUnreachable || !strings.Contains(first.Reason, "acknowledge_ms") {
-				t.Fatalf("acknowledged write answered %+v, want in doubt with a settle window", first)
-			}
-			end := lateUntil(t, first.Reason)
+			w, hold := newAckRig(t, transport, engine.Options{})
+			dev := w.dev
+			end := lateUntil(t, w.acknowledged(t, w.e).Reason)
 
 			// A retry that cannot wait for the window's end writes nothing.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -84,5 +100,47 @@ func TestAcknowledgedWriteIsAppliedOnce(t *testing.T) {
 				t.Fatalf("%d writes applied, %d FC6 frames; want 1 and 1", n, frames)
 			}
 		})
+	}
+}
+
+// On RTU the write's intent has no window until the acknowledge comes back:
+// the window it opens is saved, so a restarted engine still refuses another
+// key inside it, and the retry waits for its end.
+func TestAcknowledgeWindowSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	open := func() *state.Store {
+		s, err := state.Open(dir, nil, quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := open()
+	w, hold := newAckRig(t, "rtu", engine.Options{Idempotency: s, Limits: s})
+	end := lateUntil(t, w.acknowledged(t, w.e).Reason)
+	if err := w.e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = open()
+	defer s.Close()
+	e := w.open(t, engine.Options{Idempotency: s, Limits: s})
+	if b := doOn(t, e, "do_flow_setpoint", 700, "B"); b.Permission != promcp.CooldownActive || !lateUntil(t, b.Reason).Equal(end) {
+		t.Fatalf("B after a restart inside A's window = %+v, want cooldown_active until %s", b, end)
+	}
+	again := make(chan promcp.DoResponse, 1)
+	go func() {
+		resp, _ := e.Do(context.Background(), operator, "do_flow_setpoint", promcp.DoRequest{Value: 500, IdempotencyKey: "A"})
+		again <- resp
+	}()
+	close(hold)
+	if resp := <-again; resp.Status != promcp.StatusSuccess {
+		t.Fatalf("retry of A after a restart = %+v", resp)
+	}
+	if n, frames := w.dev.Writes(modbusfault.HoldingRegisters, 0), w.dev.Requests(6); n != 1 || frames != 1 {
+		t.Fatalf("%d writes applied, %d FC6 frames; want 1 and 1", n, frames)
 	}
 }
