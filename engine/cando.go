@@ -542,7 +542,9 @@ func (e *Engine) candidate(ctx context.Context, pt *point, m match, reasons []st
 			rates = append(rates, r.Text)
 		}
 		cand.Constraints.RateLimit = strings.Join(rates, ", ")
-		cand.Constraints.MinRole = string(e.minRole(c))
+		cand.Constraints.MinRole, cand.Constraints.Roles = roleConstraint(func(r manifest.Role) bool {
+			return e.roleAccess(pt, r).permission == promcp.Allowed
+		})
 		cand.Constraints.Quorum = e.quorumConstraint(pt)
 	}
 	cand.ValidUntil = promcp.Time(e.validUntil(pt, d, now))

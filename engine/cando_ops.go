@@ -61,7 +61,7 @@ func (e *Engine) operationMatches(ctx context.Context, caller Caller, in query, 
 // point a start or cancel acts on (nil for a sequence).
 func (e *Engine) opDryRun(ctx context.Context, t Tool, caller Caller, in promcp.Intent) (decision, *point) {
 	o := t.Operation
-	if d := e.opAccess(o, caller.Role); d.permission != promcp.Allowed {
+	if d := e.opRoleAccess(o, t.Kind, caller.Role); d.permission != promcp.Allowed {
 		return d, nil
 	}
 	if t.Kind == ToolSequence {
@@ -69,9 +69,6 @@ func (e *Engine) opDryRun(ctx context.Context, t Tool, caller Caller, in promcp.
 			target := s.Tool
 			if s.Start != nil {
 				target = s.Start.Target.ToolName()
-				if d := e.opAccess(s.Start, caller.Role); d.permission != promcp.Allowed {
-					return deny(d.permission, "step %d (%s): %s", i+1, s.Tool, d.reason), nil
-				}
 			}
 			d := e.dryRun(ctx, e.catalog().points[target], caller, promcp.Intent{Action: "set", Value: s.Value})
 			if d.permission != promcp.Allowed {
@@ -104,11 +101,14 @@ func (e *Engine) opCandidate(ctx context.Context, t Tool, driven *point, m match
 	cand := promcp.Candidate{
 		Capability: t.Name, Source: e.deviceID(), Confidence: m.confidence, Permission: d.permission,
 		CurrentState: promcp.CurrentState{Timestamp: promcp.Time(now)},
-		Constraints:  promcp.Constraints{EnumValues: []string{}, MinRole: string(o.RequiresPermission)},
+		Constraints:  promcp.Constraints{EnumValues: []string{}},
 		SideEffects:  append([]string{}, o.SideEffects...),
 		DeviceID:     e.deviceID(), MatchReasons: reasons,
 		ValidUntil: promcp.Time(now.Add(limitedValidity)),
 	}
+	cand.Constraints.MinRole, cand.Constraints.Roles = roleConstraint(func(r manifest.Role) bool {
+		return e.opRoleAccess(o, t.Kind, r).permission == promcp.Allowed
+	})
 	var est time.Duration
 	if driven != nil {
 		cand.CurrentState = e.currentState(ctx, driven)

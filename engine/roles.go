@@ -23,7 +23,7 @@ func (e *Engine) Permits(tool string, role manifest.Role) bool {
 		}
 		if t.Name == tool && t.Operation != nil {
 			// read_status_* observes; the others act
-			return t.Kind == ToolStatus || e.opAccess(t.Operation, role).permission == promcp.Allowed
+			return t.Kind == ToolStatus || e.opRoleAccess(t.Operation, t.Kind, role).permission == promcp.Allowed
 		}
 	}
 	pt, ok := cat.points[tool]
@@ -45,4 +45,70 @@ func (e *Engine) roleAccess(pt *point, role manifest.Role) decision {
 		}
 	}
 	return allow()
+}
+
+// opRoleAccess is the part of an operation tool's checks that looks at the
+// caller's role, as its call makes them: the operation's minimum role, then
+// the role checks of each tool it writes (a start_*'s driven point, each
+// step of a sequence, a started step's operation too). A cancel has only
+// its operation's.
+func (e *Engine) opRoleAccess(o *manifest.Operation, kind ToolKind, role manifest.Role) decision {
+	if d := e.opAccess(o, role); d.permission != promcp.Allowed {
+		return d
+	}
+	points := e.catalog().points
+	switch kind {
+	case ToolStart:
+		return e.roleAccess(points[o.Target.ToolName()], role)
+	case ToolSequence:
+		for i, s := range o.Steps {
+			d, target := allow(), s.Tool
+			if s.Start != nil {
+				target = s.Start.Target.ToolName()
+				d = e.opAccess(s.Start, role)
+			}
+			if d.permission == promcp.Allowed {
+				d = e.roleAccess(points[target], role)
+			}
+			if d.permission != promcp.Allowed {
+				return deny(d.permission, "step %d (%s): %s", i+1, s.Tool, d.reason)
+			}
+		}
+	}
+	return allow()
+}
+
+// actingRoles are the roles a tool can require, lowest first (viewer ranks
+// with none but never acts).
+var actingRoles = [...]manifest.Role{manifest.RoleNone, manifest.RoleOperator, manifest.RoleSupervisor, manifest.RoleAdmin}
+
+// roleConstraint is what can_do reports of the roles a tool admits, given
+// the role checks its call makes (passes): the lowest role that passes them
+// all, and, only when some role above that one does not pass (a permission
+// rule [operator, admin]), every role that does, since min_role alone reads
+// as "this role or higher". A candidate always has a role that passes (the
+// caller's), so min is empty only for a tool no role may call.
+func roleConstraint(passes func(manifest.Role) bool) (min string, roles []string) {
+	var ok [len(actingRoles)]bool
+	lowest, gap := -1, false
+	for i, r := range actingRoles {
+		ok[i] = passes(r)
+		switch {
+		case ok[i] && lowest < 0:
+			lowest = i
+		case !ok[i] && lowest >= 0:
+			gap = true
+		}
+	}
+	if lowest < 0 {
+		return "", nil
+	}
+	if gap { // the list only then: every do_* candidate asks, few tools have a gap
+		for i, r := range actingRoles {
+			if ok[i] {
+				roles = append(roles, string(r))
+			}
+		}
+	}
+	return string(actingRoles[lowest]), roles
 }

@@ -48,7 +48,9 @@ func (e *Engine) Sequence(ctx context.Context, caller Caller, tool string, req p
 		e.auditRefusedOp(caller, tool, map[string]any{"idempotency_key": req.IdempotencyKey}, key, perm, resp.Reason)
 		return resp, nil
 	}
-	if d := e.opAccess(o, caller.Role); d.permission != promcp.Allowed {
+	// every step's role before the first acts: a step refused for the role
+	// would only be refused after the steps before it acted
+	if d := e.opRoleAccess(o, ToolSequence, caller.Role); d.permission != promcp.Allowed {
 		return refuse(d.permission, "%s", d.reason)
 	}
 	fp := fingerprint(tool, nil)

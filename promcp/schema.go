@@ -144,7 +144,8 @@ func CanDoOutputSchema() Schema {
 			"enum_values": Schema{"type": []any{"array", "null"}, "items": Schema{"type": "string"}},
 			"rate_limit":  Schema{"type": "string"},
 			"cooldown_ms": Schema{"type": "integer", "minimum": 0},
-			"min_role":    Schema{"type": "string"},
+			"min_role":    Schema{"type": "string", "description": "The lowest role the call is allowed for."},
+			"roles":       Schema{"type": "array", "items": Schema{"type": "string"}, "description": "Present when a role above min_role is not allowed: the roles that are."},
 			"quorum": object(Schema{
 				"min_peers": Schema{"type": "integer", "minimum": 1, "description": "Nodes that must confirm, this one included."},
 				"peers":     Schema{"type": "string", "enum": []any{"zone", "mesh"}, "description": "Which alive peers count and vote."},

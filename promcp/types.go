@@ -165,7 +165,10 @@ type Constraints struct {
 	// Extensions.
 	RateLimit  string `json:"rate_limit,omitempty"`
 	CooldownMs int    `json:"cooldown_ms,omitempty"`
-	MinRole    string `json:"min_role,omitempty"`
+	// MinRole is the lowest role a call passes the role checks with;
+	// Roles, only when some role above it does not pass, lists those that do.
+	MinRole string   `json:"min_role,omitempty"`
+	Roles   []string `json:"roles,omitempty"`
 	// Quorum is a do_*'s quorum rule (PhysMCP), nil without one.
 	Quorum *QuorumConstraint `json:"quorum,omitempty"`
 }
