@@ -39,7 +39,7 @@ type catalog struct {
 	unserved []unserved
 	// unmatched are the policy's names for adopted tools that apply to
 	// none of tools (policy.Unmatched).
-	unmatched []string
+	unmatched []policy.Expected
 
 	// index finds can_do's matches (cando_index.go).
 	index struct {
@@ -96,20 +96,28 @@ func (e *Engine) policyRefuses(c *manifest.Capability, device string) *manifest.
 // tool offered yet, when they changed: a name with a typo in it is seen at
 // start-up, and again after every adoption that leaves it unmatched.
 func (e *Engine) warnUnmatched(cat *catalog) {
-	now := strings.Join(cat.unmatched, " ")
+	now := strings.Join(cat.unmatchedNames(), " ")
 	if now == e.unmatchedLogged {
 		return
 	}
 	e.unmatchedLogged = now
-	if now != "" {
-		e.log.Warn("policy names that apply to no tool offered yet (checked when a source offers one)", "file", e.p.File, "names", now)
+	for _, x := range cat.unmatched {
+		e.log.Warn("policy name that applies to no tool offered yet (checked when a source offers one)", "at", x.At.String(), "field", x.Field())
 	}
 }
 
 // PolicyUnmatched lists the policy's names for adopted tools (tool names
 // its manifest does not have, and patterns) that apply to no tool offered
 // now, served or not.
-func (e *Engine) PolicyUnmatched() []string { return e.catalog().unmatched }
+func (e *Engine) PolicyUnmatched() []string { return e.catalog().unmatchedNames() }
+
+func (cat *catalog) unmatchedNames() []string {
+	names := make([]string, len(cat.unmatched))
+	for i, x := range cat.unmatched {
+		names[i] = x.Name
+	}
+	return names
+}
 
 // tool is the tool of that name; nil when there is none.
 func (cat *catalog) tool(name string) *Tool {

@@ -1,8 +1,10 @@
 package meshadopt_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"log/slog"
 	"os"
 	"slices"
@@ -77,8 +79,12 @@ capabilities:
 	if got := agg.PolicyUnmatched(); !slices.Equal(got, pending) {
 		t.Errorf("at start-up: unmatched %q, want %q", got, pending)
 	}
-	if !strings.Contains(log.String(), `msg="policy names that apply to no tool offered yet`) || !strings.Contains(log.String(), strings.Join(pending, " ")) {
-		t.Errorf("the start-up log does not name the unmatched names:\n%s", log.String())
+	n := bytes.Count(text, []byte("\n")) // the lines before the capabilities added above
+	for i, line := range []int{n + 3, n + 7, n + 10} {
+		want := fmt.Sprintf(`msg="policy name that applies to no tool offered yet (checked when a source offers one)" at=agg.policy.yml:%d:3 field=capabilities.%s`, line, pending[i])
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("the start-up log does not name %s where the policy gives it (%s):\n%s", pending[i], want, log.String())
+		}
 	}
 
 	a, err := meshadopt.New(meshadopt.Config{Source: m.MeshSource(), Node: "site_mesh_aggregator_01", Keys: keys, Logger: quiet}, &members{peers: []mesh.Peer{

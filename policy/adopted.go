@@ -100,10 +100,20 @@ func (p *Policy) Adopted(c *manifest.Capability) strictyaml.Diags {
 	return diags
 }
 
+// Expected is a name the policy gives tools it expects from adoption (a
+// tool name the manifest does not have, or a pattern), and where it stands.
+type Expected struct {
+	Name string
+	At   strictyaml.Pos
+}
+
+// Field is the key's path in the file, as findings name it.
+func (x Expected) Field() string { return "capabilities." + x.Name }
+
 // Unmatched lists the names the policy expects from adoption that apply to
 // none of tools (the tools offered now): tool names the manifest does not
 // have, and patterns, in file order.
-func (p *Policy) Unmatched(tools []string) []string {
+func (p *Policy) Unmatched(tools []string) []Expected {
 	if p == nil {
 		return nil
 	}
@@ -119,9 +129,9 @@ func (p *Policy) Unmatched(tools []string) []string {
 		}
 	}
 	slices.SortFunc(waiting, func(a, b *ToolPolicy) int { return a.At.Key.Line - b.At.Key.Line })
-	out := make([]string, len(waiting))
+	out := make([]Expected, len(waiting))
 	for i, tp := range waiting {
-		out[i] = tp.Tool
+		out[i] = Expected{Name: tp.Tool, At: tp.At.Key}
 	}
 	return out
 }

@@ -179,7 +179,8 @@ func getJSON(t *testing.T, url string, v any) {
 }
 
 // An aggregator's policy may name the tools it will adopt: validate accepts
-// them and lists them, as they cannot be checked before they are adopted.
+// them and lists them where the file gives them, as they cannot be checked
+// before they are adopted.
 func TestValidateListsAdoptedNames(t *testing.T) {
 	policy := writeFile(t, t.TempDir(), "agg.policy.yml", `physmcp_policy_version: "0.1"
 capabilities:
@@ -190,7 +191,10 @@ capabilities:
 `)
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"validate", "--manifest", filepath.Join(siteDir, "aggregator", "physmcp.manifest.yml"), "--policy", policy}, &stdout, &stderr)
-	if want := "policy names for adopted tools, checked when a source offers them: do_*_vent_fan do_pump_speed\n"; code != 0 || !strings.Contains(stdout.String(), want) {
+	want := "policy names for adopted tools, checked when a source offers them:\n" +
+		"  " + policy + ":3:3: capabilities.do_*_vent_fan\n" +
+		"  " + policy + ":5:3: capabilities.do_pump_speed\n"
+	if code != 0 || !strings.Contains(stdout.String(), want) {
 		t.Errorf("exit %d, stdout:\n%s\nstderr:\n%s\nwant exit 0 and %q", code, stdout.String(), stderr.String(), want)
 	}
 }

@@ -73,7 +73,10 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	}
 	if names := p.Unmatched(tools); len(names) > 0 {
 		// adopted at run time: serve checks them against each tool adopted
-		fmt.Fprintf(stdout, "\npolicy names for adopted tools, checked when a source offers them: %s\n", strings.Join(names, " "))
+		fmt.Fprintf(stdout, "\npolicy names for adopted tools, checked when a source offers them:\n")
+		for _, x := range names {
+			fmt.Fprintf(stdout, "  %s: %s\n", x.At, x.Field())
+		}
 	}
 	if w := diags.Warnings(); len(w) > 0 {
 		fmt.Fprintln(stdout)
