@@ -77,14 +77,9 @@ func (e *Engine) do(ctx context.Context, caller Caller, pt *point, req promcp.Do
 
 	fp := fingerprint(tool, value)
 	release, err := e.claim(ctx, key, fp)
-	if busy := (*keyBusy)(nil); errors.As(err, &busy) && busy.fp != fp {
-		// A retry would be refused as a different request once that call
-		// is recorded: say so now rather than promise its outcome.
-		return e.refuse(pt, key, "", fmt.Sprintf("idempotency_key %q is in use by a call for a different request (%v); nothing was written: use a new key for a new action", key, err))
-	}
 	if err != nil {
-		outcome = OutcomeInDoubt
-		return e.stillRunning(pt, key, err)
+		resp, outcome = e.stillRunning(pt, key, fp, err)
+		return resp
 	}
 	defer release()
 	var doubt *Record // this key's earlier write, sent with no known outcome
@@ -365,26 +360,30 @@ func (e *Engine) stillLate(pt *point, key string, rec Record, window string, why
 }
 
 // stillRunning answers a call that gave up waiting (busy) for another call
-// with its key: that call's outcome is not known yet, so this one is
-// answered as in doubt, writes nothing, and says when a retry can expect
-// that outcome: once the key's write, when one is under way, has had its
-// timeout and settle window, else once a write would have had its timeout.
-func (e *Engine) stillRunning(pt *point, key string, busy error) promcp.DoResponse {
+// with its key (keyBusyAnswer). For the same request it says when a retry
+// can expect that call's outcome: once the key's write, when one is under
+// way, has had its timeout and settle window, else once a write would have
+// had its timeout.
+func (e *Engine) stillRunning(pt *point, key, fp string, busy error) (promcp.DoResponse, string) {
 	resp := e.response(pt, key)
-	resp.Permission = promcp.SourceUnreachable
 	retry, sent := e.now().Add(pt.c.Timeout()), ""
-	if rec, ok := e.idem.Load(key); ok && rec.InDoubt {
-		resp.PreviousValue = rec.Response.PreviousValue
+	rec, inDoubt := e.idem.Load(key)
+	if inDoubt = inDoubt && rec.InDoubt; inDoubt {
 		if rec.LateUntil.After(retry) {
 			retry = rec.LateUntil
 		}
 		sent = fmt.Sprintf("; this key's write of %v left at %s and has no known outcome yet", rec.Response.AppliedValue, promcp.Time(rec.SentAt))
 	}
-	resp.Reason = fmt.Sprintf("%v, and this call could not wait for its outcome%s. Nothing was written by this call. "+
-		"Retry with the same idempotency_key after %s: the retry returns that call's outcome (or settles it) and never writes twice",
-		busy, sent, promcp.Time(retry))
+	perm, reason, outcome := keyBusyAnswer(busy, key, fp, sent, retry)
+	if outcome == "" {
+		return e.refuse(pt, key, perm, reason), outcome
+	}
+	if inDoubt {
+		resp.PreviousValue = rec.Response.PreviousValue
+	}
+	resp.Permission, resp.Reason = perm, reason
 	e.log.Info("do key busy: the caller could not wait for the call with its key", "tool", pt.tool, "key", key, "why", busy)
-	return resp
+	return resp, outcome
 }
 
 func chargeWarning(err error) string {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -98,6 +99,28 @@ type keyBusy struct {
 
 func (b *keyBusy) Error() string {
 	return fmt.Sprintf("a call with this key has been running since %s (%v)", promcp.Time(b.began), b.err)
+}
+
+// keyBusyAnswer is the answer of a call for the request fp that gave up
+// waiting for another call with its key (busy, claim's error); the call
+// acted on nothing. When the other call works on another request, the call
+// is refused as a key reused for a different request (no permission; outcome
+// ""): a retry would be refused so once that call is recorded, so its
+// outcome must not be promised. Otherwise that call's outcome is not known
+// yet: the answer is source_unreachable (waiting helps), its outcome
+// OutcomeKeyBusy, and it says when to retry (after retry; zero: once that
+// call has answered). sent says what the other call has done so far ("":
+// nothing known).
+func keyBusyAnswer(busy error, key, fp, sent string, retry time.Time) (perm promcp.Permission, reason, outcome string) {
+	if b := (*keyBusy)(nil); errors.As(busy, &b) && b.fp != fp {
+		return "", fmt.Sprintf("idempotency_key %q is in use by a call for a different request (%v); nothing was written: use a new key for a new action", key, busy), ""
+	}
+	when := "once that call has answered"
+	if !retry.IsZero() {
+		when = "after " + promcp.Time(retry)
+	}
+	return promcp.SourceUnreachable, fmt.Sprintf("%v, and this call could not wait for its outcome%s. Nothing was written by this call. "+
+		"Retry with the same idempotency_key %s: the retry returns that call's outcome and never acts twice", busy, sent, when), OutcomeKeyBusy
 }
 
 // claim makes the caller, working on the request fp, the only one working

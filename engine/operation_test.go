@@ -50,6 +50,13 @@ func (b *busLog) log() []string {
 // with its bus behind a busLog, and a state store in dir unless dir is "".
 func opsRig(t *testing.T, dir string) (*engine.Engine, *busLog) {
 	t.Helper()
+	return opsRigOn(t, dir, engine.Options{}, nil)
+}
+
+// opsRigOn is opsRig with opts (its logger and stores set) and, unless wrap
+// is nil, the engine's bus wrap(the busLog).
+func opsRigOn(t *testing.T, dir string, opts engine.Options, wrap func(*busLog) drivers.Bus) (*engine.Engine, *busLog) {
+	t.Helper()
 	m, diags := manifest.Load("testdata/operations.manifest.yml")
 	if m == nil {
 		t.Fatalf("manifest: %s", diags)
@@ -59,7 +66,11 @@ func opsRig(t *testing.T, dir string) (*engine.Engine, *busLog) {
 		t.Fatal(err)
 	}
 	wire := &busLog{ModbusBus: buses["mb"].(drivers.ModbusBus)}
-	opts := engine.Options{Logger: quiet}
+	var bus drivers.Bus = wire
+	if wrap != nil {
+		bus = wrap(wire)
+	}
+	opts.Logger = quiet
 	if dir != "" {
 		store, err := state.Open(dir, nil, quiet)
 		if err != nil {
@@ -68,7 +79,7 @@ func opsRig(t *testing.T, dir string) (*engine.Engine, *busLog) {
 		t.Cleanup(func() { store.Close() })
 		opts.Idempotency, opts.Limits, opts.Operations = store, store, store
 	}
-	e, err := engine.New(m, nil, map[string]drivers.Bus{"mb": wire}, opts)
+	e, err := engine.New(m, nil, map[string]drivers.Bus{"mb": bus}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

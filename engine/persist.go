@@ -84,7 +84,8 @@ type AuditEntry struct {
 	// policy), rejected (by the device), failed (nothing applied), in_doubt
 	// (sent, outcome unknown), replayed (a stored answer for a repeated key),
 	// confirmed (an in-doubt write found on the device), superseded (an
-	// in-doubt key retried after a later write) or safe_state.
+	// in-doubt key retried after a later write), key_busy (gave up waiting
+	// for another call with its key; nothing sent) or safe_state.
 	Outcome  string   `json:"outcome"`
 	Previous any      `json:"previous_value"`
 	Applied  any      `json:"applied_value"`
@@ -108,6 +109,10 @@ const (
 	OutcomeRejected = "rejected"
 	// OutcomeSuperseded: a retried in-doubt key found a later write; nothing written.
 	OutcomeSuperseded = "superseded"
+	// OutcomeKeyBusy: the call gave up waiting for another call with its
+	// idempotency key, still running; it sent nothing (answered
+	// source_unreachable: a retry gets that call's outcome).
+	OutcomeKeyBusy = "key_busy"
 )
 
 // restoreLimits loads the persisted write history into the points.
@@ -288,14 +293,17 @@ func failedOutcome(p promcp.Permission) string {
 // auditRefusedOp records a call of an operation's acting tool (start_*,
 // do_cancel_*, a sequence's do_*) refused before it acted, with the
 // arguments it was given and the key it was answered under, as a refused
-// do_* is recorded.
-func (e *Engine) auditRefusedOp(caller Caller, tool string, args map[string]any, key string, p promcp.Permission, reason string) {
+// do_* is recorded: under outcome, or ("") the one its permission p gives.
+func (e *Engine) auditRefusedOp(caller Caller, tool string, args map[string]any, key string, p promcp.Permission, reason, outcome string) {
 	if e.auditFn == nil {
 		return
 	}
+	if outcome == "" {
+		outcome = failedOutcome(p)
+	}
 	e.audit(AuditEntry{
 		Time: e.now(), Caller: caller.Identity, Role: caller.Role, Tool: tool, Arguments: args, Key: key,
-		Status: promcp.StatusFailed, Permission: p, Reason: reason, Outcome: failedOutcome(p),
+		Status: promcp.StatusFailed, Permission: p, Reason: reason, Outcome: outcome,
 	})
 }
 

@@ -41,11 +41,12 @@ func (e *Engine) Sequence(ctx context.Context, caller Caller, tool string, req p
 	if key == "" {
 		key = promcp.NewUUID()
 	}
+	outcome := "" // the audit line's, when not the permission's
 	refuse := func(perm promcp.Permission, format string, args ...any) (promcp.SequenceResponse, error) {
 		resp := e.sequenceAnswer(o, key)
 		resp.Permission, resp.Reason = perm, fmt.Sprintf(format, args...)
 		e.log.Info("sequence refused", "tool", tool, "key", key, "permission", perm, "reason", resp.Reason, "caller", caller.Identity)
-		e.auditRefusedOp(caller, tool, map[string]any{"idempotency_key": req.IdempotencyKey}, key, perm, resp.Reason)
+		e.auditRefusedOp(caller, tool, map[string]any{"idempotency_key": req.IdempotencyKey}, key, perm, resp.Reason, outcome)
 		return resp, nil
 	}
 	// every step's role before the first acts: a step refused for the role
@@ -54,7 +55,14 @@ func (e *Engine) Sequence(ctx context.Context, caller Caller, tool string, req p
 		return refuse(d.permission, "%s", d.reason)
 	}
 	fp := fingerprint(tool, nil)
-	release, _ := e.claim(context.WithoutCancel(ctx), key, fp) // waits for a call with this key past ctx's deadline
+	release, err := e.claim(ctx, key, fp)
+	if err != nil {
+		// that call holds the key until its steps (and undos) have ended,
+		// which has no bound known here
+		perm, reason, busy := keyBusyAnswer(err, key, fp, "", time.Time{})
+		outcome = busy
+		return refuse(perm, "%s", reason)
+	}
 	defer release()
 	op, rec, found := e.ops.byKeyGet(key)
 	switch {

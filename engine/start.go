@@ -64,12 +64,13 @@ func (e *Engine) Start(ctx context.Context, caller Caller, tool string, req prom
 	if key == "" {
 		key = promcp.NewUUID()
 	}
+	outcome := "" // the audit line's, when not the permission's
 	refuse := func(perm promcp.Permission, format string, args ...any) (promcp.StartResponse, error) {
 		resp := e.startAnswer(o, key)
 		resp.Status, resp.Permission, resp.Reason = promcp.OpFailed, perm, fmt.Sprintf(format, args...)
 		resp.SideEffects = []string{}
 		e.log.Info("start refused", "tool", tool, "key", key, "permission", perm, "reason", resp.Reason, "caller", caller.Identity)
-		e.auditRefusedOp(caller, tool, map[string]any{"value": req.Value, "duration_ms": req.DurationMs, "idempotency_key": req.IdempotencyKey}, key, perm, resp.Reason)
+		e.auditRefusedOp(caller, tool, map[string]any{"value": req.Value, "duration_ms": req.DurationMs, "idempotency_key": req.IdempotencyKey}, key, perm, resp.Reason, outcome)
 		return resp, nil
 	}
 	value, perm, verr := validate(pt.c, req.Value)
@@ -83,7 +84,17 @@ func (e *Engine) Start(ctx context.Context, caller Caller, tool string, req prom
 		return refuse("", "duration_ms applies to a run; %s is a %s", tool, o.Shape())
 	}
 	fp := fingerprint(tool, map[string]any{"value": value, "duration_ms": req.DurationMs})
-	release, _ := e.claim(context.WithoutCancel(ctx), key, fp) // waits for a call with this key past ctx's deadline
+	release, err := e.claim(ctx, key, fp)
+	if err != nil {
+		// that call answers once it has read the point (and a move's source)
+		took := pt.c.Timeout()
+		if mv := o.Move; mv != nil {
+			took += mv.Source.Timeout()
+		}
+		perm, reason, busy := keyBusyAnswer(err, key, fp, "", e.now().Add(took))
+		outcome = busy
+		return refuse(perm, "%s", reason)
+	}
 	defer release()
 	if _, rec, ok := e.ops.byKeyGet(key); ok {
 		if rec.Fingerprint != fp {
@@ -444,16 +455,23 @@ func (e *Engine) Cancel(ctx context.Context, caller Caller, tool string, req pro
 		}
 		return out
 	}
+	outcome := "" // the audit line's, when not the permission's
 	refuse := func(perm promcp.Permission, format string, args ...any) (promcp.CancelResponse, error) {
 		resp := e.refuse(pt, key, perm, fmt.Sprintf(format, args...))
-		e.auditRefusedOp(caller, tool, map[string]any{"operation_id": req.OperationID, "idempotency_key": req.IdempotencyKey}, key, perm, resp.Reason)
+		e.auditRefusedOp(caller, tool, map[string]any{"operation_id": req.OperationID, "idempotency_key": req.IdempotencyKey}, key, perm, resp.Reason, outcome)
 		return answer(resp), nil
 	}
 	if d := e.opAccess(o, caller.Role); d.permission != promcp.Allowed {
 		return refuse(d.permission, "%s", d.reason)
 	}
 	fp := fingerprint(tool, req.OperationID)
-	release, _ := e.claim(context.WithoutCancel(ctx), key, fp) // waits for a call with this key past ctx's deadline
+	release, err := e.claim(ctx, key, fp)
+	if err != nil {
+		// that call answers once it has written the safe value
+		perm, reason, busy := keyBusyAnswer(err, key, fp, "", e.now().Add(pt.c.Timeout()))
+		outcome = busy
+		return refuse(perm, "%s", reason)
+	}
 	defer release()
 	if rec, ok := e.idem.Load(key); ok {
 		if rec.Fingerprint != fp {

@@ -74,17 +74,23 @@ func (h *histogram) snapshot() Histogram {
 }
 
 // RefusalPermissions are the permissions a refusal is counted under: the
-// proMCP ones, physmcpd's extensions, and PermissionNone for a do_* that
+// proMCP ones, physmcpd's extensions, KeyBusy for a do_* that gave up
+// waiting for another call with its key, and PermissionNone for a do_* that
 // failed without one (a malformed value, a reused idempotency key, state
 // that could not be recorded).
 var RefusalPermissions = [...]promcp.Permission{
 	promcp.RequiresHumanApproval, promcp.PolicyDenied, promcp.RateLimited, promcp.CooldownActive, promcp.OutOfRange,
 	promcp.PermissionInsufficient, promcp.SourceUnreachable, promcp.PartitionNoQuorum,
-	promcp.DeviceRejected, promcp.Superseded, promcp.NotServed, PermissionNone,
+	promcp.DeviceRejected, promcp.Superseded, promcp.NotServed, KeyBusy, PermissionNone,
 }
 
 // PermissionNone is what a failed do_* without a permission is counted under.
 const PermissionNone promcp.Permission = "none"
+
+// KeyBusy is what a do_* that gave up waiting for another call with its
+// idempotency key (OutcomeKeyBusy) is counted under: it answers
+// source_unreachable, but sent nothing, unlike a write whose outcome is lost.
+const KeyBusy promcp.Permission = OutcomeKeyBusy
 
 // permissionIndex is p's index in RefusalPermissions.
 func permissionIndex(p promcp.Permission) int {
@@ -128,7 +134,10 @@ func (t *toolCounters) doAnswered(resp promcp.DoResponse, outcome string) {
 	if outcome == OutcomeReplayed {
 		t.replays.Add(1)
 	}
-	if resp.Status == promcp.StatusFailed {
+	switch {
+	case outcome == OutcomeKeyBusy:
+		t.refused(KeyBusy)
+	case resp.Status == promcp.StatusFailed:
 		t.refused(resp.Permission)
 	}
 }
@@ -153,7 +162,7 @@ func (e *Engine) NoteRefused(caller Caller, tool string, p promcp.Permission, re
 		}
 		if t := cat.tool(tool); t != nil && (t.Kind == ToolStart || t.Kind == ToolCancel || t.Kind == ToolSequence) {
 			key, _ := args["idempotency_key"].(string)
-			e.auditRefusedOp(caller, tool, args, key, p, reason)
+			e.auditRefusedOp(caller, tool, args, key, p, reason, "")
 		}
 		return
 	}
@@ -176,8 +185,9 @@ type ToolStats struct {
 	Calls uint64
 	// Refusals counts, by RefusalPermissions, the read_* calls refused by
 	// access rules (role, time window), the do_* calls answered with status
-	// failed (refused by a check, refused by the device, or sent with an
-	// unknown outcome: source_unreachable), and the calls a transport
+	// failed (refused by a check, refused by the device, sent with an
+	// unknown outcome: source_unreachable, or gave up waiting for another
+	// call with its key: KeyBusy), and the calls a transport
 	// refused for the engine (NoteRefused), which Calls does not count.
 	Refusals [len(RefusalPermissions)]uint64
 	// read_*: served from the cache or not (a miss reads the device or

@@ -92,7 +92,7 @@ func TestStatsCountCallsTransactionsAndFaults(t *testing.T) {
 
 // Every refusal a do_* can answer has a counter of its own.
 func TestRefusalPermissionsCoverTheEnum(t *testing.T) {
-	want := slices.Concat(promcp.Permissions[1:], promcp.ExtensionPermissions, []promcp.Permission{engine.PermissionNone})
+	want := slices.Concat(promcp.Permissions[1:], promcp.ExtensionPermissions, []promcp.Permission{engine.KeyBusy, engine.PermissionNone})
 	if !slices.Equal(engine.RefusalPermissions[:], want) {
 		t.Fatalf("RefusalPermissions %v, want %v", engine.RefusalPermissions, want)
 	}

@@ -78,7 +78,8 @@ var (
 		[]string{"tool", "verb"}, nil)
 	toolRefusals = prometheus.NewDesc(ns+"tool_refusals_total",
 		"Tool calls answered without acting, by the permission answered: read_* refused by the access rules, do_* answered status failed "+
-			"(permission none: failed without one). Series appear with the first refusal.",
+			"(permission none: failed without one; key_busy: gave up waiting for another call with its idempotency key, nothing sent). "+
+			"Series appear with the first refusal.",
 		[]string{"tool", "verb", "permission"}, nil)
 	callDuration = prometheus.NewDesc(ns+"tool_call_duration_seconds", "Time the engine took to answer a tool call, per verb.",
 		[]string{"verb"}, nil)

@@ -165,7 +165,7 @@ func accounted(rec engine.Record, lines []trailLine) bool {
 			if rec.InDoubt {
 				return true
 			}
-		case engine.OutcomeReplayed:
+		case engine.OutcomeReplayed, engine.OutcomeKeyBusy:
 		default:
 			if !rec.InDoubt && l.Status == string(rec.Response.Status) {
 				return true
