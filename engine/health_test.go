@@ -149,6 +149,51 @@ func TestReadingsWhileTheClockIsNotSynchronised(t *testing.T) {
 	}
 }
 
+// A watch's first read wedged in its driver holds neither another watch's
+// Stop nor StopWatches beyond their bound (the capability's timeout and the
+// wedge margin). Before, Watch took its first read under the watcher's
+// lock, which both wait for: they waited as long as the driver did.
+func TestStopDoesNotWaitForAWedgedFirstRead(t *testing.T) {
+	defer engine.SetPollWedgeMargin(50 * time.Millisecond)()
+	r := newHealthRig(t)
+	// polled once an hour: its watcher's polls stay off the bus here
+	w, err := r.e.Watch(context.Background(), operator, "read_tank_level", engine.WatchOptions{MinInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.bus.stallReads()
+	r.clock.Advance(time.Hour) // the reading has aged: the next watch's first read goes to the bus
+	defer r.bus.release()      // before the rig's Close
+	go func() {
+		if _, err := r.e.Watch(context.Background(), operator, "read_tank_level", engine.WatchOptions{}); err != nil {
+			t.Error(err)
+		}
+	}()
+	select {
+	case <-r.bus.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the second watch's first read did not reach the bus in 20 s")
+	}
+	stopsWithin(t, 20*time.Second, "Stop", w.Stop)
+	stopsWithin(t, 20*time.Second, "StopWatches", r.e.StopWatches)
+}
+
+// stopsWithin fails t unless stop returns within bound: the test's hang
+// guard, above the tank's 5 s timeout and the wedge margin set.
+func stopsWithin(t *testing.T, bound time.Duration, name string, stop func()) {
+	t.Helper()
+	returned := make(chan struct{})
+	go func() {
+		stop()
+		close(returned)
+	}()
+	select {
+	case <-returned:
+	case <-time.After(bound):
+		t.Fatalf("%s still waits for the wedged read after %s", name, bound)
+	}
+}
+
 // A poll wedged in its driver (a read that ignores its context) holds
 // neither Watch.Stop nor StopWatches for good: past the capability's timeout
 // and the wedge margin they stop waiting for it, so that a session can end
@@ -168,19 +213,6 @@ func TestStopDoesNotWaitForAWedgedPoll(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("no poll in 20 s")
 	}
-	for _, stop := range []struct {
-		name string
-		f    func()
-	}{{"Stop", w.Stop}, {"StopWatches", r.e.StopWatches}} {
-		returned := make(chan struct{})
-		go func() {
-			stop.f()
-			close(returned)
-		}()
-		select {
-		case <-returned:
-		case <-time.After(20 * time.Second): // the capability's timeout is 1 s
-			t.Fatalf("%s still waits for the wedged poll after 20 s", stop.name)
-		}
-	}
+	stopsWithin(t, 20*time.Second, "Stop", w.Stop)
+	stopsWithin(t, 20*time.Second, "StopWatches", r.e.StopWatches)
 }

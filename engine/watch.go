@@ -70,6 +70,7 @@ type Watch struct {
 	caller  Caller
 	opts    WatchOptions
 	stopped bool // under w.mu
+	ready   bool // under w.mu: First and last are set; the watcher passes it over until then
 
 	// last is the reading last reported (First at the start), sent when it
 	// was reported; pending is a change held by MinInterval. Owned by the
@@ -113,14 +114,22 @@ func (e *Engine) Watch(ctx context.Context, caller Caller, tool string, opts Wat
 		w = e.startWatcher(pt)
 	}
 	s.w = w
-	// The baseline is taken under the watcher's lock so that no change
-	// observed meanwhile is judged against a missing baseline.
+	// Subscribed before its first read, so that a Stop of the watcher's
+	// other subscriptions meanwhile does not end the watcher; but without a
+	// baseline yet, the watcher passes it over. The first read is taken
+	// without any lock: a driver wedged in it would otherwise hold every
+	// Stop and StopWatches beyond awaitPolls' bound.
 	w.mu.Lock()
 	w.subs[s] = struct{}{}
-	e.watches.mu.Unlock()
-	s.First = e.observe(ctx, pt)
-	s.last = s.First
 	w.mu.Unlock()
+	e.watches.mu.Unlock()
+	first := e.observe(ctx, pt)
+	w.mu.Lock()
+	s.First, s.last, s.ready = first, first, true
+	w.mu.Unlock()
+	// A change observed between the first read and now is judged against
+	// the baseline by looking at the latest reading again.
+	nudge(w.seen)
 	w.rescheduled()
 	return s, nil
 }
@@ -331,6 +340,7 @@ func (w *watcher) consider(r promcp.ReadResponse) {
 	now := w.e.now()
 	for s := range w.subs {
 		switch {
+		case !s.ready:
 		case !w.changed(s, r):
 			s.pending = nil // back within the deadband of what was reported
 		case now.Sub(s.sent) >= s.opts.MinInterval:
