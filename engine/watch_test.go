@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/physmcp/physmcpd/drivers"
@@ -152,12 +153,16 @@ func TestWatchRefusals(t *testing.T) {
 	}
 }
 
-// The device is polled while somebody watches, and not at all otherwise. The
-// engine runs on the real clock here: polls are paced by it.
+// The device is polled while somebody watches, and not at all otherwise.
+// The test runs in a synctest bubble: the watcher's timers and the bus's
+// latency run on the bubble's clock, which moves only once every goroutine
+// of the test waits, so each check spans exactly the poll periods it names,
+// whatever the machine's load.
 func TestWatchPollsOnlyWhileWatched(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "m.yml")
-	if err := os.WriteFile(path, []byte(`physmcp_version: "0.1"
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "m.yml")
+		if err := os.WriteFile(path, []byte(`physmcp_version: "0.1"
 device: {id: poll_rig, type: test}
 buses:
   i2c: {type: i2c, device: "1", simulated: true}
@@ -171,61 +176,81 @@ capabilities:
     cache_ttl_ms: 100
     semantic_tags: [tank]
 `), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	m, diags := manifest.Load(path)
-	if m == nil || diags.HasErrors() {
-		t.Fatalf("manifest: %v", diags)
-	}
-	buses, err := drivers.OpenAll(context.Background(), m, nil, sim.NewOpener(sim.Options{}), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(m, nil, buses, engine.Options{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	bus := buses["i2c"].(simBus)
-	idle := func(what string) {
-		before := bus.Transactions()
-		time.Sleep(500 * time.Millisecond) // five poll periods
-		if n := bus.Transactions() - before; n != 0 {
-			t.Errorf("%s: %d bus transactions in 0.5 s", what, n)
+			t.Fatal(err)
 		}
-	}
-	idle("before any watch")
+		m, diags := manifest.Load(path)
+		if m == nil || diags.HasErrors() {
+			t.Fatalf("manifest: %v", diags)
+		}
+		buses, err := drivers.OpenAll(context.Background(), m, nil, sim.NewOpener(sim.Options{}), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := engine.New(m, nil, buses, engine.Options{Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		bus := buses["i2c"].(simBus)
+		const period = 100 * time.Millisecond // the poll period: cache_ttl_ms
+		// transactions is how many transactions began in d of the bubble's
+		// time, once everything begun before has settled.
+		transactions := func(d time.Duration) int64 {
+			synctest.Wait()
+			before := bus.Transactions()
+			time.Sleep(d)
+			synctest.Wait()
+			return bus.Transactions() - before
+		}
+		if n := transactions(10 * period); n != 0 {
+			t.Errorf("before any watch: %d bus transactions in 10 poll periods", n)
+		}
 
-	w := watch(t, e, "read_level", engine.WatchOptions{})
-	start := bus.Transactions()
-	waitFor(t, "3 polls while watched", func() bool { return bus.Transactions() >= start+3 })
-	// Stop while a poll is on the wire: it returns once the poll has ended.
-	bus.SetLatency(200 * time.Millisecond)
-	waitFor(t, "a poll under way", func() bool { return bus.Transactions() > finished(e) })
-	w.Stop()
-	if begun, ended := bus.Transactions(), finished(e); begun != ended {
-		t.Errorf("Stop returned with %d of %d transactions ended", ended, begun)
-	}
-	w.Stop()
-	for range w.Updates { // what was delivered before Stop, then closed
-	}
-	if n := e.Watches(); n != 0 {
-		t.Errorf("%d watches after Stop", n)
-	}
-	idle("after the watch stopped")
+		w := watch(t, e, "read_level", engine.WatchOptions{})
+		if n := transactions(10 * period); n < 9 {
+			t.Errorf("while watched: %d bus transactions in 10 poll periods, want a poll each", n)
+		}
+		// Stop while a poll is on the wire: it returns once the poll has ended.
+		bus.SetLatency(2 * period)
+		time.Sleep(period) // the next poll begins, and lasts two periods
+		synctest.Wait()
+		if begun, ended := bus.Transactions(), finished(e); begun <= ended {
+			t.Fatalf("no poll under way a period after the last (%d begun, %d ended)", begun, ended)
+		}
+		w.Stop()
+		if begun, ended := bus.Transactions(), finished(e); begun != ended {
+			t.Errorf("Stop returned with %d of %d transactions ended", ended, begun)
+		}
+		w.Stop()
+		for range w.Updates { // what was delivered before Stop, then closed
+		}
+		if n := e.Watches(); n != 0 {
+			t.Errorf("%d watches after Stop", n)
+		}
+		if n := transactions(10 * period); n != 0 {
+			t.Errorf("after the watch stopped: %d bus transactions in 10 poll periods", n)
+		}
 
-	// StopWatches (shutdown, Close) too returns once the polls under way
-	// have ended, so that the safe state and the buses' closing come after
-	// them, and starts none again.
-	watch(t, e, "read_level", engine.WatchOptions{})
-	waitFor(t, "a poll under way", func() bool { return bus.Transactions() > finished(e) })
-	e.StopWatches()
-	if begun, ended := bus.Transactions(), finished(e); begun != ended {
-		t.Errorf("StopWatches returned with %d of %d transactions ended", ended, begun)
-	}
-	if _, err := e.Watch(context.Background(), operator, "read_level", engine.WatchOptions{}); !errors.Is(err, engine.ErrWatchesStopped) {
-		t.Errorf("Watch after StopWatches: %v, want ErrWatchesStopped", err)
-	}
+		// StopWatches (shutdown, Close) too returns once the polls under way
+		// have ended, so that the safe state and the buses' closing come after
+		// them, and starts none again.
+		watch(t, e, "read_level", engine.WatchOptions{})
+		time.Sleep(period)
+		synctest.Wait()
+		if begun, ended := bus.Transactions(), finished(e); begun <= ended {
+			t.Fatalf("no poll under way a period after the watch began (%d begun, %d ended)", begun, ended)
+		}
+		e.StopWatches()
+		if begun, ended := bus.Transactions(), finished(e); begun != ended {
+			t.Errorf("StopWatches returned with %d of %d transactions ended", ended, begun)
+		}
+		if _, err := e.Watch(context.Background(), operator, "read_level", engine.WatchOptions{}); !errors.Is(err, engine.ErrWatchesStopped) {
+			t.Errorf("Watch after StopWatches: %v, want ErrWatchesStopped", err)
+		}
+		if n := transactions(10 * period); n != 0 {
+			t.Errorf("after StopWatches: %d bus transactions in 10 poll periods", n)
+		}
+	})
 }
 
 // finished is the number of transactions the engine's buses have ended.
@@ -235,14 +260,4 @@ func finished(e *engine.Engine) int64 {
 		n += b.Reads + b.Writes
 	}
 	return int64(n)
-}
-
-// waitFor polls cond until it holds, failing the test after 20 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 20 s", what)
-		}
-	}
 }
