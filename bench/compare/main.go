@@ -990,21 +990,23 @@ func (b *bench) durable(*modbusfault.TCP) error {
 	if err != nil {
 		return err
 	}
-	memURL, _, err := b.serveHTTP("zones16", "--simulate")
+	memURL, memCmd, err := b.serveHTTP("zones16", "--simulate")
 	if err != nil {
 		return err
 	}
-	urls := []string{url, memURL}
+	urls, pids := []string{url, memURL}, []int{cmd.Process.Pid, memCmd.Process.Pid}
 	if b.base != "" {
-		baseURL, _, err := b.serveBase("zones16", "--simulate", "--state-dir", filepath.Join(b.dir, "state-durable-base"))
+		baseURL, baseCmd, err := b.serveBase("zones16", "--simulate", "--state-dir", filepath.Join(b.dir, "state-durable-base"))
 		if err != nil {
 			return err
 		}
-		urls = append(urls, baseURL)
+		urls, pids = append(urls, baseURL), append(pids, baseCmd.Process.Pid)
 	}
+	const perClient = max(100/7, 10)
 	var arms []func() (float64, error)
 	calls := make([]int, len(urls))
 	took := make([]time.Duration, len(urls))
+	use := make([][]usage, len(urls))
 	for i, u := range urls {
 		cs, err := clients(16, func() (*client.Client, error) { return connectHTTP(u) })
 		if err != nil {
@@ -1014,15 +1016,19 @@ func (b *bench) durable(*modbusfault.TCP) error {
 			return err
 		}
 		round := 0
-		arms = append(arms, func() (float64, error) {
+		arms = append(arms, withCPU(pids[i], len(cs)*perClient, func() (float64, error) {
 			round++
-			t, lat, err := doCalls(cs, max(100/7, 10), fmt.Sprintf("run%d", round))
+			t, lat, err := doCalls(cs, perClient, fmt.Sprintf("run%d", round))
 			calls[i] += len(lat)
 			took[i] += t
 			return median(lat), err
-		})
+		}, &use[i]))
 	}
 	rate := func(i int) float64 { return float64(calls[i]) / took[i].Seconds() }
+	// the server's CPU and thread runs per call (medians of rounds): a p50 at 16 closed-loop clients follows the CPU
+	cpu := func(i int) string {
+		return fmt.Sprintf("%.0f µs CPU, %.1f thread runs", medianUse(use[i], cpuOf)/1e3, medianUse(use[i], runsOf))
+	}
 	syncs := countSyncs(cmd.Process.Pid)
 	ns, err := rounds(b.rounds, arms...)
 	syncCount, syncErr := syncs()
@@ -1033,12 +1039,12 @@ func (b *bench) durable(*modbusfault.TCP) error {
 	if syncErr == nil {
 		perCall = fmt.Sprintf("%.2f", float64(syncCount)/float64(calls[0]))
 	}
-	same := fmt.Sprintf("without a state dir in the same rounds: %.2f ms, %.0f calls/s", medianOf(ns, col(1))/1e6, rate(1))
+	same := fmt.Sprintf("without a state dir in the same rounds: %.2f ms, %.0f calls/s, %s", medianOf(ns, col(1))/1e6, rate(1), cpu(1))
 	if b.base != "" {
-		same += fmt.Sprintf("; %s: %.2f ms, %.0f calls/s", filepath.Base(b.base), medianOf(ns, col(2))/1e6, rate(2))
+		same += fmt.Sprintf("; %s: %.2f ms, %.0f calls/s, %s", filepath.Base(b.base), medianOf(ns, col(2))/1e6, rate(2), cpu(2))
 	}
-	b.add(fmt.Sprintf("durable do_* (--state-dir), 16 clients, %d calls; median of per-round p50s (%s)", calls[0], same),
-		fmt.Sprintf("%.0f calls/s, p50 %.2f ms, %s fdatasync per call", rate(0), medianOf(ns, col(0))/1e6, perCall),
+	b.add(fmt.Sprintf("durable do_* (--state-dir), 16 clients, %d calls; median of per-round p50s, the server's CPU per call (%s)", calls[0], same),
+		fmt.Sprintf("%.0f calls/s, p50 %.2f ms, %s fdatasync per call, %s", rate(0), medianOf(ns, col(0))/1e6, perCall, cpu(0)),
 		"≥ 1,500/s, p50 ≤ 3 ms, ≤ 1 fdatasync per call", b.rounds)
 	return nil
 }
