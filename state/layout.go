@@ -193,7 +193,11 @@ type op struct {
 
 // encodeOps is the payload of one log entry: ops applied together or not at all.
 func encodeOps(ops []op) ([]byte, error) {
-	b := binary.AppendUvarint(nil, uint64(len(ops)))
+	size := binary.MaxVarintLen64
+	for _, o := range ops {
+		size += 64 + len(o.key) + len(o.value) + len(o.write.Key) // a charge's value: a number, mostly
+	}
+	b := binary.AppendUvarint(make([]byte, 0, size), uint64(len(ops)))
 	for _, o := range ops {
 		if o.key == "" || len(o.key) > maxKey {
 			return nil, fmt.Errorf("a key of %d bytes cannot be stored (1 to %d)", len(o.key), maxKey)

@@ -182,11 +182,17 @@ func nextLap(lsn, ring int64) int64 {
 type change struct {
 	ops   []op
 	entry []byte
-	done  chan error
+	// done gets the change's answer, or errTurn when its caller is to run
+	// the sync in turn.
+	done chan error
+	turn *syncRun
 	// early: answered once written, before its sync (appendWritten)
 	early, answered bool
 	end             int64 // the LSN after its entry, once laid out
 }
+
+// errTurn tells a waiting caller to run the sync in its change's turn field.
+var errTurn = errors.New("run the sync")
 
 // syncDepth is how many syncs may be under way at once. fdatasync waits
 // mostly for the device's cache flush, and flushes run side by side: a sync
@@ -199,21 +205,33 @@ const syncDepth = 2
 // syncRun is one fdatasync of the log, covering everything written before
 // it began: the changes written since the previous one began, up to LSN upto.
 type syncRun struct {
+	f       *os.File
 	changes []*change
 	upto    int64
 	done    bool
 	err     error
 }
 
-// logWriter appends changes to the log in group writes.
+// logWriter appends changes to the log in group writes. It has no goroutine
+// of its own: the callers write and sync. A caller that finds no write under
+// way writes everything queued, its own change included, with one pwrite, and
+// one whose change waits for the disk runs the sync that covers it, or is
+// handed a sync to run when its change is in one that begins later. Each
+// hand-off between goroutines is a thread woken when the process is not busy
+// (it waits for the disk), and those wake-ups were most of what a durable
+// do_* cost in CPU beyond one without a store: a caller now waits for
+// another goroutine only when its change shares another caller's write or
+// sync.
 type logWriter struct {
 	f     *os.File
 	syncs [syncDepth]*os.File // one descriptor per sync in flight
 	ring  int64
 
 	mu       sync.Mutex
-	wake     *sync.Cond // queue, space, a sync done, or closing
+	wake     *sync.Cond // a write or sync done, or room in the ring (for close)
 	queue    []*change
+	writing  bool       // a caller is writing the queue
+	buf      []byte     // the writing caller's, reused
 	unsynced []*change  // written since the last sync began
 	waiting  int        // of them, changes whose callers wait for a sync
 	inflight []*syncRun // begun, answered in order once done
@@ -233,7 +251,6 @@ type logWriter struct {
 	records map[string]pendingOp
 	timer   *time.Timer // the idle checkpoint, armed by the first pending op
 	kick    chan struct{}
-	done    chan struct{} // the writer goroutine has returned
 }
 
 type pendingOp struct {
@@ -270,11 +287,40 @@ func (w *logWriter) add(early bool, ops []op) error {
 		return err
 	}
 	w.queue = append(w.queue, c)
-	if len(w.queue) == 1 {
-		w.wake.Broadcast()
-	}
+	s := w.pump(c)
 	w.mu.Unlock()
-	return <-c.done
+	return w.wait(c, s)
+}
+
+// wait returns c's answer, running s first (when not nil) and any sync c
+// is handed meanwhile.
+func (w *logWriter) wait(c *change, s *syncRun) error {
+	for {
+		if s != nil {
+			w.runSync(s)
+		}
+		err := <-c.done
+		if err != errTurn {
+			return err
+		}
+		s = c.turn
+	}
+}
+
+// pump writes what is queued, unless another caller is writing (it takes
+// the queue when its write is done), and begins a sync when one is due (see
+// beginSync). It returns the sync self's caller is to run, or nil. It is
+// called with w.mu held, and releases it during writes.
+func (w *logWriter) pump(self *change) *syncRun {
+	for len(w.queue) > 0 && !w.writing {
+		w.writing = true
+		wrote := w.writeQueued()
+		w.writing = false
+		if !wrote {
+			break // no room in the ring: the checkpoint that makes some pumps again
+		}
+	}
+	return w.beginSync(self)
 }
 
 // syncDue says a sync should begin now: something written is not covered by
@@ -285,63 +331,73 @@ func (w *logWriter) syncDue() bool {
 	return len(w.unsynced) > 0 && len(w.inflight) < syncDepth && (w.waiting > 0 || len(w.inflight) == 0)
 }
 
-// run writes queued changes, and begins syncs, until the writer is closed
-// and everything written is synced and answered.
-func (w *logWriter) run() {
-	defer close(w.done)
-	var buf []byte
-	n := 0 // syncs begun
-	w.mu.Lock()
-	for {
-		wrote := false
-		if len(w.queue) > 0 {
-			buf, wrote = w.writeQueued(buf)
-		}
-		if !w.syncDue() {
-			switch {
-			case wrote:
-			case w.closing && len(w.queue) == 0 && len(w.unsynced) == 0 && len(w.inflight) == 0:
-				w.mu.Unlock()
-				return
-			default:
-				w.wake.Wait() // for changes, a sync, room in the ring or closing
-			}
-			continue
-		}
-		s := &syncRun{changes: w.unsynced, upto: w.reserved}
-		w.unsynced, w.waiting = nil, 0
-		w.inflight = append(w.inflight, s)
-		w.syncsRun++
-		go func(f *os.File) { w.synced(s, syncLog(f)) }(w.syncs[n%syncDepth])
-		n++
+// beginSync begins a sync when one is due. When self waits for it, self's
+// caller runs it (returned); else a caller waiting for it is handed it, and
+// when none is (every change in it was answered once written), a goroutine
+// runs it. It is called with w.mu held.
+func (w *logWriter) beginSync(self *change) *syncRun {
+	if !w.syncDue() {
+		return nil
 	}
+	s := &syncRun{f: w.syncs[w.syncsRun%syncDepth], changes: w.unsynced, upto: w.reserved}
+	w.unsynced, w.waiting = nil, 0
+	w.inflight = append(w.inflight, s)
+	w.syncsRun++
+	var runner *change
+	for _, c := range s.changes {
+		if !c.answered && (runner == nil || c == self) {
+			runner = c
+		}
+	}
+	switch {
+	case runner == nil:
+		go w.runSync(s)
+	case runner == self:
+		return s
+	default:
+		runner.turn = s
+		runner.done <- errTurn // its caller waits for this sync, so for nothing else
+	}
+	return nil
+}
+
+// runSync makes the changes of s durable, answers them (and the syncs
+// before it, once they are done too) and begins the next sync if one is due.
+func (w *logWriter) runSync(s *syncRun) {
+	err := syncLog(s.f)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s.done, s.err = true, err
+	w.answer()
+	w.beginSync(nil)
 }
 
 // writeQueued writes the queued changes that fit in the ring with one
-// pwrite (laid out in buf, which it returns for reuse), and answers those
-// that do not wait for a sync. It says whether it took any. It is called
-// with w.mu held, and releases it during the write.
-func (w *logWriter) writeQueued(buf []byte) ([]byte, bool) {
+// pwrite, and answers those that do not wait for a sync. It says whether it
+// took any. It is called with w.mu held by the writing caller, and releases
+// it during the write.
+func (w *logWriter) writeQueued() bool {
 	changes, entries, err := w.take()
 	w.queue = w.queue[len(changes):]
 	if err != nil {
 		for _, c := range changes {
 			c.done <- err
 		}
-		return buf, true
+		w.wake.Broadcast()
+		return true
 	}
 	if len(changes) == 0 {
-		return buf, false
+		return false
 	}
 	start := w.reserved
-	buf, w.reserved = layout(buf[:0], start, w.ring, entries)
+	w.buf, w.reserved = layout(w.buf[:0], start, w.ring, entries)
 	lsn := start
 	for _, c := range changes {
 		lsn = entryEnd(lsn, w.ring, int64(len(c.entry)))
 		c.end = lsn
 	}
 	w.mu.Unlock()
-	err = w.write(buf, start)
+	err = w.write(w.buf, start)
 	w.mu.Lock()
 	if err != nil {
 		// nothing after a torn entry is read: fail everyone not answered yet
@@ -353,7 +409,7 @@ func (w *logWriter) writeQueued(buf []byte) ([]byte, bool) {
 		}
 		w.unsynced, w.waiting = nil, 0
 		w.wake.Broadcast()
-		return buf, true
+		return true
 	}
 	for _, c := range changes {
 		if c.early {
@@ -365,7 +421,7 @@ func (w *logWriter) writeQueued(buf []byte) ([]byte, bool) {
 		}
 	}
 	w.unsynced = append(w.unsynced, changes...)
-	return buf, true
+	return true
 }
 
 // noteRecords makes c's records the newest versions Load finds, unless a
@@ -383,15 +439,6 @@ func (w *logWriter) fail(err error) {
 	if w.failed == nil {
 		w.failed = fmt.Errorf("the state log could not be written (%w): nothing more is recorded until physmcpd is restarted", err)
 	}
-}
-
-// synced records that s returned err, and answers every sync run that and
-// all before it have returned.
-func (w *logWriter) synced(s *syncRun, err error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	s.done, s.err = true, err
-	w.answer()
 }
 
 // answer answers the changes of the finished syncs at the head of
@@ -486,12 +533,12 @@ func layout(buf []byte, start, ring int64, entries [][]byte) ([]byte, int64) {
 			buf = append(buf, gap...)
 			lsn = at
 		}
-		h := make([]byte, entryHeader, entryHeader+len(e))
-		binary.LittleEndian.PutUint64(h[4:], uint64(lsn))
-		binary.LittleEndian.PutUint32(h[12:], uint32(len(e)))
-		h = append(h, e...)
-		binary.LittleEndian.PutUint32(h, crc32.Checksum(h[4:], castagnoli))
-		buf = append(buf, h...)
+		head := len(buf)
+		buf = binary.LittleEndian.AppendUint32(buf, 0) // the CRC, below
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(lsn))
+		buf = binary.LittleEndian.AppendUint32(buf, uint32(len(e)))
+		buf = append(buf, e...)
+		binary.LittleEndian.PutUint32(buf[head:], crc32.Checksum(buf[head+4:], castagnoli))
 		lsn += entryHeader + int64(len(e))
 	}
 	return buf, lsn
@@ -562,11 +609,15 @@ func (w *logWriter) appliedTo(n int, upto int64) {
 			delete(w.records, p.op.key)
 		}
 	}
-	w.pending = append(w.pending[:0:0], w.pending[n:]...)
+	// in place: the checkpoint that read them is over, and the room is reused
+	rest := copy(w.pending, w.pending[n:])
+	clear(w.pending[rest:])
+	w.pending = w.pending[:rest]
 	w.applied, w.stuck = upto, nil
 	if len(w.pending) > 0 {
 		w.schedule()
 	}
+	w.pump(nil) // what waited for room
 	w.wake.Broadcast()
 }
 
@@ -576,21 +627,27 @@ func (w *logWriter) applyFailed(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.stuck = err
+	w.pump(nil) // what waits for room now fails with err
 	w.wake.Broadcast()
 }
 
-// close stops accepting changes and waits for the queued ones, then closes
-// the log's files.
+// close stops accepting changes and waits until the queued ones are
+// written and everything written is synced and answered.
 func (w *logWriter) close() {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.closing = true
 	if w.timer != nil {
 		w.timer.Stop()
 		w.timer = nil
 	}
-	w.wake.Broadcast()
-	w.mu.Unlock()
-	<-w.done
+	for {
+		w.pump(nil)
+		if len(w.queue) == 0 && len(w.unsynced) == 0 && len(w.inflight) == 0 {
+			return
+		}
+		w.wake.Wait()
+	}
 }
 
 // closeFiles closes the log's descriptors.

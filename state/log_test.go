@@ -301,12 +301,13 @@ func TestGroupWrite(t *testing.T) {
 		changes = append(changes, c)
 		w.queue = append(w.queue, c)
 	}
-	w.wake.Broadcast()
+	s0 := w.pump(nil)
 	w.mu.Unlock()
 	for _, c := range changes {
-		if err := <-c.done; err != nil {
+		if err := w.wait(c, s0); err != nil {
 			t.Fatal(err)
 		}
+		s0 = nil
 	}
 	if got := s.Commits() - before; got != 1 {
 		t.Errorf("%d writes for 16 queued changes, want 1", got)

@@ -117,7 +117,6 @@ func Open(dir string, now func() time.Time, log *slog.Logger) (*Store, error) {
 	if s.w, err = s.openLog(p, in); err != nil {
 		return fail(err)
 	}
-	go s.run()
 	go s.applyInBackground()
 	if n, err := s.Prune(); err != nil {
 		s.Close()
@@ -187,7 +186,7 @@ func (s *Store) openLog(p paths, in inspection) (*logWriter, error) {
 		s.log.Info("changes recovered from the state log", "file", p.log, "entries", len(entries))
 	}
 	w := &logWriter{f: f, ring: h.ring, reserved: next, next: next, applied: next, records: map[string]pendingOp{},
-		kick: make(chan struct{}, 1), done: make(chan struct{})}
+		kick: make(chan struct{}, 1)}
 	for i := range w.syncs {
 		if w.syncs[i], err = os.OpenFile(p.log, os.O_RDWR, 0); err != nil {
 			w.closeFiles()
@@ -206,8 +205,6 @@ func (s *Store) id() (id string, err error) {
 func setApplied(tx *bolt.Tx, lsn int64) error {
 	return tx.Bucket(bucketMeta).Put(keyLogApplied, binary.BigEndian.AppendUint64(nil, uint64(lsn)))
 }
-
-func (s *Store) run() { s.w.run() }
 
 // applyInBackground makes checkpoints when the log asks for one. One that
 // fails is tried again a second later; meanwhile the log fills, and once it
