@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -280,6 +281,70 @@ func TestWrittenChangeIsAnsweredBeforeItsSync(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A change that waits for the disk while a sync some caller waits for is
+// under way is synced after it, with everything written meanwhile, not
+// beside it: each sync costs the process far more CPU time than its share of
+// the disk.
+func TestWaitingChangesShareTheNextSync(t *testing.T) {
+	noCheckpoints(t)
+	began := make(chan chan struct{}, 4)
+	sync := syncLog
+	syncLog = func(f *os.File) error {
+		release := make(chan struct{})
+		began <- release
+		<-release
+		return sync(f)
+	}
+	defer func() { syncLog = sync }()
+	s := open(t, t.TempDir(), &clock{t0})
+	before := s.Commits()
+	save := func(key string) chan error {
+		saved := make(chan error, 1)
+		go func() { saved <- s.Save(key, engine.Record{Tool: "do_x", At: t0, InDoubt: true}) }()
+		return saved
+	}
+	k1 := save("k1")
+	first := <-began // k1's sync, held
+	k2, k3 := save("k2"), save("k3")
+	for { // until k2 and k3 are written: each waits for a sync, or has one begun
+		s.w.mu.Lock()
+		n := s.w.syncsRun - before + int64(s.w.waiting)
+		s.w.mu.Unlock()
+		if n >= 3 {
+			break
+		}
+		runtime.Gosched()
+	}
+	close(first)
+	if err := <-k1; err != nil {
+		t.Fatal(err)
+	}
+	second := <-began
+	select {
+	case err := <-k2:
+		t.Fatalf("a change that waits for the disk was answered before its sync returned (%v)", err)
+	default:
+	}
+	close(second)
+	go func() { // any sync after (with the rule broken, k3's)
+		for release := range began {
+			close(release)
+		}
+	}()
+	for _, saved := range []chan error{k2, k3} {
+		if err := <-saved; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.Commits() - before; got != 2 {
+		t.Errorf("%d syncs, want 2 (k1's, then one for k2 and k3)", got)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	close(began)
 }
 
 // Changes queued while a write is under way share the next write.
