@@ -624,14 +624,7 @@ func (e *Engine) sealReport(rep promcp.CapabilityReport, start time.Time) promcp
 	took := time.Since(start)
 	e.canDoCounts.calls.Add(1)
 	e.callLatency[verbCanDo].observe(took)
-	for _, c := range rep.Candidates {
-		if c.Permission == promcp.Allowed {
-			rep.Feasible = true
-		}
-	}
-	if len(rep.Unroutable) > 0 {
-		rep.Feasible = false
-	}
+	promcp.DeriveFeasible(&rep)
 	rep.Metadata = promcp.ReportMetadata{
 		Timestamp:      promcp.Time(e.now()),
 		TotalLatencyMs: took.Round(time.Millisecond).Milliseconds(),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -259,6 +260,11 @@ func TestRefusalsWriteNothing(t *testing.T) {
 			}
 			if tc.want != promcp.RequiresHumanApproval && rep.Feasible {
 				t.Fatalf("feasible with only a blocked candidate: %+v", rep)
+			}
+			if !rep.Feasible && !slices.ContainsFunc(rep.Blocked, func(b promcp.Blocked) bool {
+				return b.Capability == tc.tool && b.Permission == tc.want && b.Reason != ""
+			}) {
+				t.Fatalf("feasible is false and blocked does not explain %s with %s: %+v", tc.tool, tc.want, rep.Blocked)
 			}
 			resp := r.do(t, tc.caller, tc.tool, tc.value, "refused-"+tc.name)
 			if resp.Status != promcp.StatusFailed || resp.Permission != tc.want || resp.Reason == "" {

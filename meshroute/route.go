@@ -334,7 +334,7 @@ func (r *Router) fanOut(ctx context.Context, m Members, req promcp.CanDoRequest,
 	// The merged answer is capped like each node's own (offline peers are
 	// always listed), the peers' omissions added to its own.
 	promcp.CapReport(&out, req.Limit())
-	out.Feasible = slices.ContainsFunc(out.Candidates, func(c promcp.Candidate) bool { return c.Permission == promcp.Allowed })
+	promcp.DeriveFeasible(&out)
 	out.Metadata.MeshMetadata = mm
 	return out
 }

@@ -253,3 +253,49 @@ func TestMergedRelatedReadsCapped(t *testing.T) {
 		t.Fatalf("omitted %+v", om)
 	}
 }
+
+// A merged report whose only candidates await a person's approval is
+// feasible:false and says why under blocked, although merging keeps one
+// entry per device and capability (the peer's own blocked entry for the
+// candidate is dropped as seen); once another device's candidate is allowed
+// the entry goes again.
+func TestMergedApprovalOnlyIsExplained(t *testing.T) {
+	approvalOnly := func(p mesh.Peer) promcp.CapabilityReport {
+		rep := candidateOf(p, "do_rain_cover")
+		rep.Candidates[0].Permission = promcp.RequiresHumanApproval
+		promcp.DeriveFeasible(&rep)
+		return rep
+	}
+	for _, tc := range []struct {
+		name     string
+		answer   func(p mesh.Peer) promcp.CapabilityReport
+		feasible bool
+		blocked  int
+	}{
+		{name: "only approval", answer: approvalOnly, blocked: 2},
+		{name: "one allowed", feasible: true, answer: func(p mesh.Peer) promcp.CapabilityReport {
+			if p.NodeID == "d" {
+				return candidateOf(p, "do_rain_cover")
+			}
+			return approvalOnly(p)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ask := &fakeAsker{answer: func(p mesh.Peer, _ Hop) promcp.CapabilityReport { return tc.answer(p) }}
+			r := New(ask, Config{})
+			r.SetMembers(members{self: peer("a", "z1", mesh.Alive), peers: []mesh.Peer{peer("c", "z2", mesh.Alive, "rain"), peer("d", "z2", mesh.Alive, "rain")}})
+			rep, err := r.Route(context.Background(), rainArgs, nil, own(unserved()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Candidates) != 2 || rep.Feasible != tc.feasible || len(rep.Blocked) != tc.blocked {
+				t.Fatalf("candidates %+v, blocked %+v, feasible %v; want 2 candidates, %d blocked, feasible %v", rep.Candidates, rep.Blocked, rep.Feasible, tc.blocked, tc.feasible)
+			}
+			for _, b := range rep.Blocked {
+				if b.Permission != promcp.RequiresHumanApproval || b.Reason == "" || b.Endpoint == "" {
+					t.Errorf("blocked entry %+v; want requires_human_approval with a reason and where to call it", b)
+				}
+			}
+		})
+	}
+}
