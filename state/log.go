@@ -54,7 +54,8 @@ var (
 	checkpointAt int64 = 256 << 10
 	idleApply          = time.Second
 	castagnoli         = crc32.MakeTable(crc32.Castagnoli)
-	syncLog            = fdatasync // tests hold syncs back with it
+	syncLog            = fdatasync          // tests hold syncs back with it
+	writeLog           = (*os.File).WriteAt // and writes
 )
 
 // logHeader is the first page of state.log.
@@ -353,7 +354,10 @@ func (w *logWriter) beginSync(self *change) *syncRun {
 	if !w.syncDue() {
 		return nil
 	}
-	s := &syncRun{f: w.syncs[w.syncsRun%syncDepth], changes: w.unsynced, waited: w.waiting > 0, upto: w.reserved}
+	// up to the last change written, not w.reserved: another caller may be
+	// writing the entries after it
+	upto := w.unsynced[len(w.unsynced)-1].end
+	s := &syncRun{f: w.syncs[w.syncsRun%syncDepth], changes: w.unsynced, waited: w.waiting > 0, upto: upto}
 	w.unsynced, w.waiting = nil, 0
 	w.inflight = append(w.inflight, s)
 	w.syncsRun++
@@ -518,11 +522,11 @@ func (w *logWriter) take() (batch []*change, entries [][]byte, err error) {
 func (w *logWriter) write(buf []byte, start int64) error {
 	pos := start % w.ring
 	first := min(int64(len(buf)), w.ring-pos)
-	if _, err := w.f.WriteAt(buf[:first], logHeaderSize+pos); err != nil {
+	if _, err := writeLog(w.f, buf[:first], logHeaderSize+pos); err != nil {
 		return err
 	}
 	if rest := buf[first:]; len(rest) > 0 {
-		if _, err := w.f.WriteAt(rest, logHeaderSize); err != nil {
+		if _, err := writeLog(w.f, rest, logHeaderSize); err != nil {
 			return err
 		}
 	}

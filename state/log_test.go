@@ -590,3 +590,93 @@ func TestLogFullWhenCheckpointsFail(t *testing.T) {
 	}
 	s.Close()
 }
+
+// A sync that begins while another caller's write is under way covers only
+// what was written before it: the log it says is synced, which a checkpoint
+// then marks applied, must not reach into the entries being written, or a
+// crash after their caller is answered skips them.
+func TestSyncBesideAWriteCoversOnlyWhatWasWritten(t *testing.T) {
+	noCheckpoints(t)
+	syncs := make(chan chan struct{}, 4)
+	sync := syncLog
+	syncLog = func(f *os.File) error {
+		release := make(chan struct{})
+		syncs <- release
+		<-release
+		return sync(f)
+	}
+	holding := make(chan chan struct{}, 1) // armed: the next write is held
+	write := writeLog
+	writeLog = func(f *os.File, b []byte, off int64) (int, error) {
+		select {
+		case release := <-holding:
+			<-release
+		default:
+		}
+		return write(f, b, off)
+	}
+	defer func() { syncLog, writeLog = sync, write }()
+	dir := t.TempDir()
+	c := &clock{t0}
+	s := open(t, dir, c)
+	save := func(key string) chan error {
+		saved := make(chan error, 1)
+		go func() { saved <- s.Save(key, engine.Record{Tool: "do_x", At: t0, InDoubt: true}) }()
+		return saved
+	}
+	b1 := save("b1")
+	first := <-syncs // b1's sync, held
+	b2 := save("b2")
+	for { // until b2 is written and waits behind b1's sync
+		s.w.mu.Lock()
+		n := s.w.waiting
+		s.w.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		runtime.Gosched()
+	}
+	held := make(chan struct{})
+	holding <- held
+	k := save("c")
+	for { // until c's write is under way
+		s.w.mu.Lock()
+		writing := s.w.writing
+		s.w.mu.Unlock()
+		if writing {
+			break
+		}
+		runtime.Gosched()
+	}
+	close(first) // b1 is answered, and b2's sync begins while c is being written
+	close(<-syncs)
+	for _, saved := range []chan error{b1, b2} {
+		if err := <-saved; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	close(held)
+	close(<-syncs) // c's
+	if err := <-k; err != nil {
+		t.Fatal(err)
+	}
+	r := open(t, crashCopy(t, dir), c)
+	defer r.Close()
+	for _, key := range []string{"b1", "b2", "c"} {
+		if _, ok := r.Load(key); !ok {
+			t.Errorf("%s, answered as on disk, is lost in a crash", key)
+		}
+	}
+	go func() {
+		for release := range syncs {
+			close(release)
+		}
+	}()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	close(syncs)
+}
