@@ -76,7 +76,7 @@ func (e *Engine) do(ctx context.Context, caller Caller, pt *point, req promcp.Do
 	}
 
 	fp := fingerprint(tool, value)
-	release, err := e.claim(ctx, key, fp)
+	release, err := e.claim(ctx, key, fp, pt.c.Timeout())
 	if err != nil {
 		resp, outcome = e.stillRunning(pt, key, fp, err)
 		return resp
@@ -288,7 +288,7 @@ func (e *Engine) awaitLateReply(pt *point, key string, seq uint64, late *drivers
 		defer cancel()
 		// the key's request, so a retry of it that finds the key held here
 		// is answered as the same request
-		release, err := e.claim(ctx, key, rec.Fingerprint)
+		release, err := e.claim(ctx, key, rec.Fingerprint, 0)
 		if err != nil {
 			return
 		}

@@ -126,8 +126,12 @@ func keyBusyAnswer(busy error, key, fp, sent string, retry time.Time) (perm prom
 // claim makes the caller, working on the request fp, the only one working
 // on key; it returns a release function, or waits for the call already
 // working on it, at most until ctx ends: a caller's deadline bounds its wait
-// for another call as it bounds its own transactions.
-func (e *Engine) claim(ctx context.Context, key, fp string) (release func(), err error) {
+// for another call as it bounds its own transactions. A caller with no
+// deadline waits at most wait (0: until ctx ends): over MCP, do_* and
+// operations run detached from the request, and a call wedged in its driver
+// holds its key for as long as it is wedged.
+func (e *Engine) claim(ctx context.Context, key, fp string, wait time.Duration) (release func(), err error) {
+	var expired <-chan time.Time
 	for {
 		e.inflight.Lock()
 		c, busy := e.running[key]
@@ -143,10 +147,17 @@ func (e *Engine) claim(ctx context.Context, key, fp string) (release func(), err
 			}, nil
 		}
 		e.inflight.Unlock()
+		if _, ok := ctx.Deadline(); !ok && wait > 0 && expired == nil {
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			expired = t.C
+		}
 		select {
 		case <-c.done:
 		case <-ctx.Done():
 			return nil, &keyBusy{began: c.began, fp: c.fp, err: ctx.Err()}
+		case <-expired:
+			return nil, &keyBusy{began: c.began, fp: c.fp, err: fmt.Errorf("this call has no deadline and waited %v for it", wait)}
 		}
 	}
 }

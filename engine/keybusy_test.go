@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/physmcp/physmcpd/drivers"
@@ -195,7 +196,20 @@ type opAnswer struct {
 // for another request with the key is refused as a different request. The
 // first call then answers as usual, and a retry replays it. Before, they
 // waited for the first call whatever their deadline.
+//
+// A call with no deadline (over MCP, do_* and operations run detached from
+// the request) waits so for as long as its own transactions may take: the
+// capability's timeout, a move's source's added, the steps' for a sequence.
+// Before, it waited for as long as the first call was blocked, and its
+// client with it.
 func TestOperationKeyWaitsOnlyUntilItsDeadline(t *testing.T) {
+	do := func(ctx context.Context, e *engine.Engine, _ string) opAnswer {
+		r, err := e.Do(ctx, operator, "do_valve_command", promcp.DoRequest{Value: 40, IdempotencyKey: "K"})
+		if err != nil {
+			t.Error(err)
+		}
+		return opAnswer{r.Status == promcp.StatusFailed, r.Permission, r.Reason, r.Timestamp}
+	}
 	startMove := func(v int) func(context.Context, *engine.Engine, string) opAnswer {
 		return func(ctx context.Context, e *engine.Engine, _ string) opAnswer {
 			r, err := e.Start(ctx, operator, "start_valve_move", promcp.StartRequest{Value: v, IdempotencyKey: "K"})
@@ -242,77 +256,102 @@ func TestOperationKeyWaitsOnlyUntilItsDeadline(t *testing.T) {
 			return id
 		}, first: cancel, second: cancel},
 		{name: "sequence", tool: "do_changeover", hold: "coil10=", first: sequence, second: sequence},
+		{name: "do", tool: "do_valve_command", hold: "reg2=", first: do, second: do},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			var sink auditSink
-			h, wrap := newHoldBus()
-			e, wire := opsRigOn(t, "", engine.Options{Audit: sink.add}, wrap)
-			t.Cleanup(h.release) // before the engine closes
-			var arg string
-			if c.setup != nil {
-				arg = c.setup(t, e)
+		for _, detached := range []bool{false, true} {
+			name := c.name
+			if detached {
+				name += " without a deadline"
 			}
-			h.arm(c.hold)
-			first := make(chan opAnswer, 1)
-			go func() { first <- c.first(context.Background(), e, arg) }()
-			select {
-			case <-h.held:
-			case <-time.After(20 * time.Second):
-				t.Fatalf("the first call's %s did not reach the bus in 20 s", c.hold)
-			}
-			writes := len(wire.log())
+			run := func(t *testing.T) {
+				var sink auditSink
+				h, wrap := newHoldBus()
+				e, wire := opsRigOn(t, "", engine.Options{Audit: sink.add}, wrap)
+				t.Cleanup(h.release) // before the engine closes
+				var arg string
+				if c.setup != nil {
+					arg = c.setup(t, e)
+				}
+				h.arm(c.hold)
+				first := make(chan opAnswer, 1)
+				go func() { first <- c.first(context.Background(), e, arg) }()
+				select {
+				case <-h.held:
+				case <-time.After(20 * time.Second):
+					t.Fatalf("the first call's %s did not reach the bus in 20 s", c.hold)
+				}
+				writes := len(wire.log())
 
-			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-			defer cancel()
-			deadline, _ := ctx.Deadline()
-			second := make(chan opAnswer, 1)
-			go func() { second <- c.second(ctx, e, arg) }()
-			var resp opAnswer
-			select {
-			case resp = <-second:
-			case <-time.After(time.Until(deadline) + 10*time.Second):
+				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+				defer cancel()
+				if detached {
+					ctx = context.WithoutCancel(ctx) // as mcpserver runs it
+				}
+				second := make(chan opAnswer, 1)
+				go func() { second <- c.second(ctx, e, arg) }()
+				var resp opAnswer
+				select {
+				case resp = <-second:
+				case <-time.After(time.Minute): // the longest bound here is the sequence's, 15 s
+					h.release()
+					t.Fatal("the second call with the key was still waiting for the first after a minute")
+				}
+				switch {
+				case c.otherRequest && (!resp.failed || resp.permission != "" || !strings.Contains(resp.reason, "different request")):
+					t.Fatalf("another request with the key while the first is held = %+v, want refused as a different request", resp)
+				case !c.otherRequest && (!resp.failed || resp.permission != promcp.SourceUnreachable || !strings.Contains(resp.reason, "running since") ||
+					!strings.Contains(resp.reason, "Nothing was written") || !strings.Contains(resp.reason, "Retry with the same idempotency_key")):
+					t.Fatalf("second call while the first is held = %+v, want source_unreachable, nothing written, when to retry", resp)
+				}
+				if n := len(wire.log()); n != writes {
+					t.Fatalf("bus writes while the first was held: %v, want none after the first %d", wire.log(), writes)
+				}
+				select {
+				case r := <-first:
+					t.Fatalf("the first call answered %+v while held", r)
+				default:
+				}
+				var busy, inDoubt int
+				lines := func() {
+					sink.mu.Lock()
+					defer sink.mu.Unlock()
+					for _, l := range sink.entries {
+						busy += btoi(l.Tool == c.tool && l.Outcome == engine.OutcomeKeyBusy)
+						inDoubt += btoi(l.Outcome == engine.OutcomeInDoubt)
+					}
+				}
+
 				h.release()
-				t.Fatal("the second call with the key was still waiting for the first 10 s after its deadline")
+				a := <-first
+				if detached { // the first's transactions timed out meanwhile
+					if lines(); busy != btoi(!c.otherRequest) {
+						t.Fatalf("audit: %d key_busy lines for %s: %+v", busy, c.tool, sink.entries)
+					}
+					return
+				}
+				if a.failed && c.tool != "do_changeover" { // the changeover's third step is refused by design
+					t.Fatalf("first call = %+v", a)
+				}
+				writes = len(wire.log())
+				if again := c.first(context.Background(), e, arg); again != a {
+					t.Fatalf("third call with the key = %+v, want the first's answer %+v", again, a)
+				}
+				if c.tool != "start_valve_move" && len(wire.log()) != writes { // a move's operation writes on its own
+					t.Fatalf("the replay wrote: %v", wire.log()[writes:])
+				}
+				lines()
+				if want := btoi(!c.otherRequest); busy != want || inDoubt != 0 {
+					t.Fatalf("audit: %d key_busy lines for %s (want %d), %d in_doubt: %+v", busy, c.tool, want, inDoubt, sink.entries)
+				}
 			}
-			switch {
-			case c.otherRequest && (!resp.failed || resp.permission != "" || !strings.Contains(resp.reason, "different request")):
-				t.Fatalf("another request with the key while the first is held = %+v, want refused as a different request", resp)
-			case !c.otherRequest && (!resp.failed || resp.permission != promcp.SourceUnreachable || !strings.Contains(resp.reason, "running since") ||
-				!strings.Contains(resp.reason, "Nothing was written") || !strings.Contains(resp.reason, "Retry with the same idempotency_key")):
-				t.Fatalf("second call while the first is held = %+v, want source_unreachable, nothing written, when to retry", resp)
-			}
-			if n := len(wire.log()); n != writes {
-				t.Fatalf("bus writes while the first was held: %v, want none after the first %d", wire.log(), writes)
-			}
-			select {
-			case r := <-first:
-				t.Fatalf("the first call answered %+v while held", r)
-			default:
-			}
-
-			h.release()
-			a := <-first
-			if a.failed && c.tool != "do_changeover" { // the changeover's third step is refused by design
-				t.Fatalf("first call = %+v", a)
-			}
-			writes = len(wire.log())
-			if again := c.first(context.Background(), e, arg); again != a {
-				t.Fatalf("third call with the key = %+v, want the first's answer %+v", again, a)
-			}
-			if c.tool != "start_valve_move" && len(wire.log()) != writes { // a move's operation writes on its own
-				t.Fatalf("the replay wrote: %v", wire.log()[writes:])
-			}
-			var busy, inDoubt int
-			sink.mu.Lock()
-			for _, l := range sink.entries {
-				busy += btoi(l.Tool == c.tool && l.Outcome == engine.OutcomeKeyBusy)
-				inDoubt += btoi(l.Outcome == engine.OutcomeInDoubt)
-			}
-			sink.mu.Unlock()
-			if want := btoi(!c.otherRequest); busy != want || inDoubt != 0 {
-				t.Fatalf("audit: %d key_busy lines for %s (want %d), %d in_doubt: %+v", busy, c.tool, want, inDoubt, sink.entries)
-			}
-		})
+			t.Run(name, func(t *testing.T) {
+				if detached { // in a bubble: it waits for seconds of the capabilities' timeouts
+					synctest.Test(t, run)
+				} else {
+					run(t)
+				}
+			})
+		}
 	}
 }
 

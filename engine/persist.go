@@ -331,7 +331,7 @@ func (e *Engine) SettleInDoubt(ctx context.Context) error {
 			e.log.Warn("in-doubt write for a tool the manifest no longer has; left as is", "tool", rec.Tool, "key", key)
 			continue
 		}
-		release, err := e.claim(ctx, key, rec.Fingerprint)
+		release, err := e.claim(ctx, key, rec.Fingerprint, 0)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s key %s: left in doubt: %w", pt.tool, key, err))
 			continue

@@ -55,10 +55,19 @@ func (e *Engine) Sequence(ctx context.Context, caller Caller, tool string, req p
 		return refuse(d.permission, "%s", d.reason)
 	}
 	fp := fingerprint(tool, nil)
-	release, err := e.claim(ctx, key, fp)
+	// that call holds the key until its steps (and undos) have ended, which
+	// has no bound known here; a call with no deadline waits for as long as
+	// the steps' own transactions may take
+	var steps time.Duration
+	for _, s := range o.Steps {
+		if s.Do != nil {
+			steps += s.Do.Timeout()
+		} else {
+			steps += s.Start.Target.Timeout()
+		}
+	}
+	release, err := e.claim(ctx, key, fp, steps)
 	if err != nil {
-		// that call holds the key until its steps (and undos) have ended,
-		// which has no bound known here
 		perm, reason, busy := keyBusyAnswer(err, key, fp, "", time.Time{})
 		outcome = busy
 		return refuse(perm, "%s", reason)

@@ -84,13 +84,13 @@ func (e *Engine) Start(ctx context.Context, caller Caller, tool string, req prom
 		return refuse("", "duration_ms applies to a run; %s is a %s", tool, o.Shape())
 	}
 	fp := fingerprint(tool, map[string]any{"value": value, "duration_ms": req.DurationMs})
-	release, err := e.claim(ctx, key, fp)
+	// that call answers once it has read the point (and a move's source)
+	took := pt.c.Timeout()
+	if mv := o.Move; mv != nil {
+		took += mv.Source.Timeout()
+	}
+	release, err := e.claim(ctx, key, fp, took)
 	if err != nil {
-		// that call answers once it has read the point (and a move's source)
-		took := pt.c.Timeout()
-		if mv := o.Move; mv != nil {
-			took += mv.Source.Timeout()
-		}
 		perm, reason, busy := keyBusyAnswer(err, key, fp, "", e.now().Add(took))
 		outcome = busy
 		return refuse(perm, "%s", reason)
@@ -465,7 +465,7 @@ func (e *Engine) Cancel(ctx context.Context, caller Caller, tool string, req pro
 		return refuse(d.permission, "%s", d.reason)
 	}
 	fp := fingerprint(tool, req.OperationID)
-	release, err := e.claim(ctx, key, fp)
+	release, err := e.claim(ctx, key, fp, pt.c.Timeout())
 	if err != nil {
 		// that call answers once it has written the safe value
 		perm, reason, busy := keyBusyAnswer(err, key, fp, "", e.now().Add(pt.c.Timeout()))
