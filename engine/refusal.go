@@ -13,12 +13,23 @@ type refusal struct {
 	err   error
 }
 
-// deviceRefusal returns the exception when the device answered err's request
-// and refused it. A gateway that cannot reach its target (10, 11) refuses
-// nothing: the device behind it is unreachable.
-func deviceRefusal(err error) (*drivers.ModbusException, bool) {
+// deviceException returns the exception when the device answered err's
+// request with one. A gateway that cannot reach its target (10, 11) is not
+// the device answering: the device behind it is unreachable.
+func deviceException(err error) (*drivers.ModbusException, bool) {
 	var ex *drivers.ModbusException
 	if errors.As(err, &ex) && ex.Code != 10 && ex.Code != 11 {
+		return ex, true
+	}
+	return nil, false
+}
+
+// deviceRefusal returns the exception when the device answered err's request
+// and refused it: the request must change. A device that failed (4),
+// accepted the request for later (5) or is busy (6) refused nothing about the
+// request, and trying again later may succeed.
+func deviceRefusal(err error) (*drivers.ModbusException, bool) {
+	if ex, ok := deviceException(err); ok && ex.Code != 4 && ex.Code != 5 && ex.Code != 6 {
 		return ex, true
 	}
 	return nil, false

@@ -260,7 +260,7 @@ func errorKind(err error) int {
 	case errors.Is(err, context.Canceled):
 		return errCanceled
 	}
-	if _, refused := deviceRefusal(err); refused {
+	if _, answered := deviceException(err); answered {
 		return errException
 	}
 	var ex *drivers.ModbusException

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -24,6 +25,7 @@ type lossyWire struct {
 	drivers.ModbusBus
 	lostReplies
 	refuse atomic.Int32
+	code   uint8       // the exception refuse answers (0: 3, illegal data value)
 	skew   atomic.Bool // the device keeps one raw step more than it is sent
 }
 
@@ -43,7 +45,7 @@ func (l *lostReplies) answer() error {
 
 func (l *lossyWire) WriteRegisters(ctx context.Context, unit uint8, addr uint16, v []uint16) error {
 	if l.refuse.Add(-1) >= 0 {
-		return &drivers.ModbusException{Function: 16, Code: 3}
+		return &drivers.ModbusException{Function: 16, Code: cmp.Or(l.code, 3)}
 	}
 	l.refuse.Store(0)
 	if l.skew.Load() {
@@ -258,6 +260,44 @@ func TestDeviceRefusalIsItsOwnOutcome(t *testing.T) {
 	rep = r.canDo(t, operator, promcp.Intent{SemanticTags: []string{"boiler"}, Action: "set", Value: 55.0})
 	if p, _ := permissionFor(rep, "do_boiler_setpoint"); p == promcp.DeviceRejected {
 		t.Fatalf("can_do still reports the refusal after a write was accepted")
+	}
+	if n := wire.applied.Load(); n != 1 {
+		t.Fatalf("writes applied = %d, want 1", n)
+	}
+}
+
+// A device busy with something else (exception 6) refused nothing about the
+// request: the write was not applied, and trying again later helps. It is
+// answered, counted and audited as source_unreachable, not as a refusal of
+// the value, and can_do does not block the value. Before, it was
+// device_rejected ("retrying the same request will not help"), and can_do
+// refused the value until a write of it succeeded.
+func TestDeviceBusyIsNotARefusal(t *testing.T) {
+	var sink auditSink
+	r, wire, _ := lossyRig(t, "")
+	r.e = wire.engine(t, r, engine.Options{Audit: sink.add})
+	wire.code = 6
+	wire.refuse.Store(1)
+	resp := r.do(t, operator, "do_boiler_setpoint", 55.0, "A")
+	if resp.Status != promcp.StatusFailed || resp.Permission != promcp.SourceUnreachable || !strings.Contains(resp.Reason, "server device busy") ||
+		strings.Contains(resp.Reason, "will not help") {
+		t.Fatalf("write answered busy = %+v, want source_unreachable, nothing applied", resp)
+	}
+	ts := toolStats(t, r.e.Stats(), "do_boiler_setpoint")
+	if rejected, lost := refusals(ts, promcp.DeviceRejected), refusals(ts, promcp.SourceUnreachable); rejected != 0 || lost != 1 {
+		t.Fatalf("counted %d device_rejected, %d source_unreachable; want 0 and 1", rejected, lost)
+	}
+	sink.mu.Lock()
+	if n := len(sink.entries); n != 1 || sink.entries[0].Outcome != engine.OutcomeFailed || sink.entries[0].Permission != promcp.SourceUnreachable {
+		t.Fatalf("audit: %+v, want one failed line (source_unreachable)", sink.entries)
+	}
+	sink.mu.Unlock()
+	rep := r.canDo(t, operator, promcp.Intent{SemanticTags: []string{"boiler"}, Action: "set", Value: 55.0})
+	if p, _ := permissionFor(rep, "do_boiler_setpoint"); p == promcp.DeviceRejected {
+		t.Fatalf("can_do after the device was busy: %s", p)
+	}
+	if resp := r.do(t, operator, "do_boiler_setpoint", 55.0, "A"); resp.Status != promcp.StatusSuccess {
+		t.Fatalf("retry once the device is free = %+v", resp)
 	}
 	if n := wire.applied.Load(); n != 1 {
 		t.Fatalf("writes applied = %d, want 1", n)
