@@ -335,3 +335,34 @@ func TestSeedCodesAreDocumented(t *testing.T) {
 		}
 	}
 }
+
+// proMCP wants feasible:false explained by blocked or unroutable: a report
+// whose only candidate awaits a person's approval says nothing of why unless
+// the candidate is listed under blocked too.
+func TestLiveWantsApprovalOnlyReportsExplained(t *testing.T) {
+	tools := []Tool{{Name: "read_temperature", InputSchema: objectSchema}, {Name: "do_heater", InputSchema: objectSchema}, {Name: "can_do", InputSchema: objectSchema}}
+	approval := candidate("do_heater", "requires_human_approval", "2026-01-02T03:05:05Z")
+	mirror := map[string]any{"capability": "do_heater", "source": "dev", "permission": "requires_human_approval", "reason": "a person must approve it", "details": nil}
+	for _, tc := range []struct {
+		name    string
+		blocked []any
+		errors  int
+	}{{name: "bare", blocked: []any{}, errors: 1}, {name: "listed under blocked", blocked: []any{mirror}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := fakeSession{bodies: map[string]func(map[string]any) (any, bool, error){
+				"read_temperature": fixed(goodRead()),
+				"can_do": func(args map[string]any) (any, bool, error) {
+					tags := args["intent"].(map[string]any)["semantic_tags"].([]any)
+					if len(tags) == 1 && tags[0] == "heater" {
+						return report([]any{approval}, tc.blocked, []any{}, false), false, nil
+					}
+					return report([]any{}, []any{}, []any{map[string]any{"outcome": "unroutable", "reason": "no_producer", "detail": "no"}}, false), false, nil
+				},
+			}}
+			findings, _ := Live(context.Background(), s, tools)
+			if len(findings) != tc.errors || tc.errors > 0 && findings[0].Rule != "live-cando-contract" {
+				t.Errorf("findings %v, want %d live-cando-contract", findings, tc.errors)
+			}
+		})
+	}
+}

@@ -270,8 +270,8 @@ func (l *live) report(in intent, r map[string]any) {
 		switch {
 		case feasible != derived:
 			bad("feasible is %v but the candidates and unroutable entries say %v (feasible is derived, never asserted)", feasible, derived)
-		case !feasible && len(blocked) == 0 && len(unroutable) == 0 && len(candidates) == 0:
-			bad("feasible is false and nothing explains why (no blocked or unroutable entry)")
+		case !feasible && len(blocked) == 0 && len(unroutable) == 0:
+			bad("feasible is false and nothing explains why: no blocked or unroutable entry (a candidate that is not allowed does not; list it under blocked too)")
 		case in.mustFail && feasible:
 			bad("feasible is true for an intent that cannot match")
 		}
