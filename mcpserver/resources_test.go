@@ -75,19 +75,32 @@ func startTank(t *testing.T, role manifest.Role) *tank {
 // set moves the clock 120 ms on (past the 100 ms cache TTL), changes the
 // level on the device and has an ordinary read see it: whether the read or
 // a poll sees the change first, it is seen at one time of the clock.
+//
+// A reading of the old level stamped after the clock moved would be served
+// as fresh by that read (it once was, under load). So set reads first: that
+// read returns once any read of the device under way has ended, and leaves
+// a reading of this instant cached (the tests move the clock 1 s or more
+// between sets, or not at all), which the watcher's polls reuse while it is
+// younger than half their 300 ms period: 120 ms on, none reads the device.
 func (d *tank) set(t *testing.T, c *client.Client, v float64) {
 	t.Helper()
+	readLevel(t, c)
 	d.clk.Advance(120 * time.Millisecond)
 	if err := d.bus.SetValue("level", v); err != nil {
 		t.Fatal(err)
 	}
+	if got := readLevel(t, c); got != v {
+		t.Fatalf("read_level %v after setting %v", got, v)
+	}
+}
+
+func readLevel(t *testing.T, c *client.Client) any {
+	t.Helper()
 	res, err := c.CallTool(context.Background(), mcp.CallToolRequest{Params: mcp.CallToolParams{Name: "read_level"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := res.StructuredContent.(map[string]any)["value"]; got != v {
-		t.Fatalf("read_level %v after setting %v", got, v)
-	}
+	return res.StructuredContent.(map[string]any)["value"]
 }
 
 var rawID atomic.Int64
@@ -281,12 +294,31 @@ func legacySubscribe(t *testing.T, c *client.Client, uri string) func() {
 
 // listenSubscribe opens a subscriptions/listen stream (protocol 2026-07-28)
 // naming the reading; closing the stream ends it.
+//
+// It returns once the server has acknowledged the stream, which it does
+// after the watch took its first reading: the engine counts a watch before
+// that reading, and one taken while a test changes the level would make the
+// changed level its baseline (or be served as the level after the change).
 func listenSubscribe(t *testing.T, c *client.Client, uri string) func() {
 	t.Helper()
+	acked := make(chan struct{}, 1)
+	c.OnNotification(func(n mcp.JSONRPCNotification) {
+		if n.Method == mcp.MethodNotificationSubscriptionsAcknowledged {
+			select {
+			case acked <- struct{}{}:
+			default: // a later stream's, for an earlier call's handler
+			}
+		}
+	})
 	stop, err := c.ListenAsync(context.Background(), mcp.SubscriptionFilter{ResourceSubscriptions: []string{uri}},
-		func(err error) { t.Logf("subscriptions/listen ended: %v", err) }) // a refusal shows as no watch
+		func(err error) { t.Logf("subscriptions/listen ended: %v", err) })
 	if err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case <-acked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notifications/subscriptions/acknowledged within 5 s")
 	}
 	return stop
 }
