@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/physmcp/physmcpd/drivers"
 	"github.com/physmcp/physmcpd/engine"
@@ -30,9 +31,9 @@ func (b *stallingBus) ReadRegisters(ctx context.Context, unit uint8, table manif
 	return regs, err
 }
 
-// A read that began before a write and ends after it must not be cached:
-// the next read has to show the written value, not the one from before.
-func TestReadOverlappingAWriteIsNotCached(t *testing.T) {
+// stallingEngine is the rig's engine with its Modbus bus a stallingBus.
+func stallingEngine(t *testing.T) (*engine.Engine, *stallingBus) {
+	t.Helper()
 	r := newRig(t)
 	stall := &stallingBus{ModbusBus: r.buses["mb"].(drivers.ModbusBus), stalled: make(chan struct{}), release: make(chan struct{})}
 	buses := map[string]drivers.Bus{}
@@ -44,6 +45,13 @@ func TestReadOverlappingAWriteIsNotCached(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return e, stall
+}
+
+// A read that began before a write and ends after it must not be cached:
+// the next read has to show the written value, not the one from before.
+func TestReadOverlappingAWriteIsNotCached(t *testing.T) {
+	e, stall := stallingEngine(t)
 	old := make(chan promcp.ReadResponse)
 	go func() {
 		resp, _ := e.Read(context.Background(), operator, "read_boiler_setpoint")
@@ -61,4 +69,37 @@ func TestReadOverlappingAWriteIsNotCached(t *testing.T) {
 	if got, _ := e.Read(context.Background(), operator, "read_boiler_setpoint"); got.Value != 55.0 {
 		t.Fatalf("read after the write = %v, want 55 (a stale reading was cached)", got.Value)
 	}
+}
+
+// A read_* that begins after a do_* returned must show what the device holds
+// since the write, not join a read that began before it: do_* then read_* to
+// verify is the canonical loop.
+func TestReadAfterAWriteDoesNotJoinAnOlderRead(t *testing.T) {
+	e, stall := stallingEngine(t)
+	old := make(chan promcp.ReadResponse, 1)
+	go func() {
+		resp, _ := e.Read(context.Background(), operator, "read_boiler_setpoint")
+		old <- resp
+	}()
+	<-stall.stalled
+	resp, err := e.Do(context.Background(), operator, "do_boiler_setpoint", promcp.DoRequest{Value: 55.0, IdempotencyKey: "during-read"})
+	if err != nil || resp.Status != promcp.StatusSuccess {
+		t.Fatalf("do = %+v %v", resp, err)
+	}
+	after := make(chan promcp.ReadResponse, 1)
+	go func() {
+		resp, _ := e.Read(context.Background(), operator, "read_boiler_setpoint")
+		after <- resp
+	}()
+	select {
+	case got := <-after:
+		if got.Value != 55.0 {
+			t.Fatalf("read after the write = %v, want 55", got.Value)
+		}
+	case <-time.After(10 * time.Second): // only a failure waits: joined, it would return when released
+		close(stall.release)
+		t.Fatalf("the read after the write waited for the read begun before it, and got %v", (<-after).Value)
+	}
+	close(stall.release)
+	<-old
 }

@@ -19,16 +19,21 @@ type flight struct {
 
 type flightCall struct {
 	done chan struct{}
+	gen  uint64 // the point's gen when the call began
 	r    *reading
 	err  error
 }
 
-// do runs f unless a call is already under way, in which case it waits for
-// that call's result. f runs detached from any one caller's cancellation so a
+// do runs f unless a call begun at gen or later (no write to the point
+// between) is already under way, in which case it waits for that call's
+// result. A call begun before a write may show the value from before it,
+// which a caller that comes after the write must not be answered with (do_*
+// then read_* to verify): that caller runs f itself, and later callers join
+// its call instead. f runs detached from any one caller's cancellation so a
 // caller that gives up does not fail the others.
-func (f *flight) do(ctx context.Context, fn func() (*reading, error)) (*reading, error) {
+func (f *flight) do(ctx context.Context, gen uint64, fn func() (*reading, error)) (*reading, error) {
 	f.mu.Lock()
-	if c := f.call; c != nil {
+	if c := f.call; c != nil && c.gen >= gen {
 		f.mu.Unlock()
 		select {
 		case <-c.done:
@@ -37,13 +42,15 @@ func (f *flight) do(ctx context.Context, fn func() (*reading, error)) (*reading,
 			return nil, ctx.Err()
 		}
 	}
-	c := &flightCall{done: make(chan struct{})}
+	c := &flightCall{done: make(chan struct{}), gen: gen}
 	f.call = c
 	f.mu.Unlock()
 
 	c.r, c.err = fn()
 	f.mu.Lock()
-	f.call = nil
+	if f.call == c {
+		f.call = nil
+	}
 	f.mu.Unlock()
 	close(c.done)
 	return c.r, c.err
@@ -123,7 +130,10 @@ func sourceOut(pt *point) bool {
 // sample reads the point from the bus (collapsing concurrent callers) and
 // records the outcome.
 func (e *Engine) sample(ctx context.Context, pt *point) (*reading, error) {
-	return pt.reads.do(ctx, func() (*reading, error) { return e.measure(ctx, pt) })
+	pt.mu.Lock()
+	gen := pt.gen
+	pt.mu.Unlock()
+	return pt.reads.do(ctx, gen, func() (*reading, error) { return e.measure(ctx, pt) })
 }
 
 // measure performs one read transaction and records its outcome. A reading
