@@ -14,6 +14,7 @@ import (
 	"github.com/physmcp/physmcpd/drivers/modbus"
 	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/internal/modbusfault"
+	"github.com/physmcp/physmcpd/internal/testclock"
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/promcp"
 )
@@ -294,14 +295,20 @@ func wireScenario(t *testing.T, w *wireRig, f modbusfault.Fault, window bool) (a
 	return w.dev.Writes(modbusfault.HoldingRegisters, 0), calls
 }
 
-// An in-doubt write over the wire is charged to the cooldown.
+// An in-doubt write over the wire is charged to the cooldown. Without a
+// late-write window, which would refuse B by itself, so only the charge
+// does. The engine's clock is the test's: on the wall clock, a host that
+// stalled the test for the rest of the 2 s cooldown would have failed it.
 func TestWireInDoubtWriteIsChargedToTheCooldown(t *testing.T) {
-	w := newWireRig(t, false, 3)
+	s := modbusfault.StartTCP(t)
+	clk := testclock.New(time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC))
+	bus := fmt.Sprintf("{type: modbus-tcp, address: %q, timeout_ms: %d, retries: 3, late_write_ms: 0}", s.Addr(), wireTimeout)
+	w := wireRigOn(t, s.Device, bus, engine.Options{Now: clk.Now})
 	w.dev.Inject(modbusfault.Fault{Mode: modbusfault.ApplyRST, Match: modbusfault.At(6, 1), Times: 1})
 	if resp := w.do(t, "do_heater_power", 40, "A"); resp.Status != promcp.StatusFailed {
 		t.Fatalf("A = %+v", resp)
 	}
-	time.Sleep(300 * time.Millisecond)
+	clk.Advance(300 * time.Millisecond)
 	if resp := w.do(t, "do_heater_power", 60, "B"); resp.Permission != promcp.CooldownActive {
 		t.Fatalf("B 0.3 s after an in-doubt write = %+v, want cooldown_active", resp)
 	}
