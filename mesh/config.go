@@ -49,6 +49,10 @@ type Config struct {
 	Keys [][]byte
 
 	Logger *slog.Logger
+
+	// transport replaces UDP and TCP on BindAddr: tests' in-memory network,
+	// on which a synctest bubble's clock runs the protocol's timers.
+	transport memberlist.NodeAwareTransport
 }
 
 // Timing is how PhysMCP's heartbeat semantics map onto memberlist's SWIM
@@ -176,6 +180,9 @@ func (c *Config) memberlistConfig() (*memberlist.Config, error) {
 		mc.Keyring = kr
 	}
 	mc.Logger = log.New(&levelWriter{log: c.Logger}, "", 0)
+	if c.transport != nil {
+		mc.Transport = c.transport
+	}
 	return mc, nil
 }
 
