@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,6 +131,67 @@ func TestAcknowledgeWindowSurvivesRestart(t *testing.T) {
 	e := w.open(t, engine.Options{Idempotency: s, Limits: s})
 	if b := doOn(t, e, "do_flow_setpoint", 700, "B"); b.Permission != promcp.CooldownActive || !lateUntil(t, b.Reason).Equal(end) {
 		t.Fatalf("B after a restart inside A's window = %+v, want cooldown_active until %s", b, end)
+	}
+	again := make(chan promcp.DoResponse, 1)
+	go func() {
+		resp, _ := e.Do(context.Background(), operator, "do_flow_setpoint", promcp.DoRequest{Value: 500, IdempotencyKey: "A"})
+		again <- resp
+	}()
+	close(hold)
+	if resp := <-again; resp.Status != promcp.StatusSuccess {
+		t.Fatalf("retry of A after a restart = %+v", resp)
+	}
+	if n, frames := w.dev.Writes(modbusfault.HoldingRegisters, 0), w.dev.Requests(6); n != 1 || frames != 1 {
+		t.Fatalf("%d writes applied, %d FC6 frames; want 1 and 1", n, frames)
+	}
+}
+
+// ackSaveLost is a state store that loses every save of key A after its
+// first (the intent): a crash right after the acknowledge came back, before
+// the window it opens was saved.
+type ackSaveLost struct {
+	*state.Store
+	saves atomic.Int32
+}
+
+func (l *ackSaveLost) Save(key string, r engine.Record) error {
+	if key == "A" && l.saves.Add(1) > 1 {
+		return nil
+	}
+	return l.Store.Save(key, r)
+}
+
+// A crash after the device acknowledged a write and before its window was
+// saved still finds a window after the restart: the RTU intent keeps the
+// bound an acknowledge may open (the write's deadline and acknowledge_ms),
+// so another key is refused and the retry waits, and the write is applied
+// once. Before, the RTU intent had no window at all: B was written at once,
+// and the retry of A found the old value and wrote it again.
+func TestAcknowledgeWindowSurvivesACrashBeforeItsSave(t *testing.T) {
+	dir := t.TempDir()
+	open := func() *state.Store {
+		s, err := state.Open(dir, nil, quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := open()
+	lost := &ackSaveLost{Store: s}
+	w, hold := newAckRig(t, "rtu", engine.Options{Idempotency: lost, Limits: s})
+	w.acknowledged(t, w.e)
+	if err := w.e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = open()
+	defer s.Close()
+	e := w.open(t, engine.Options{Idempotency: s, Limits: s})
+	if b := doOn(t, e, "do_flow_setpoint", 700, "B"); b.Permission != promcp.CooldownActive {
+		t.Fatalf("B after a restart inside A's possible window = %+v, want cooldown_active", b)
 	}
 	again := make(chan promcp.DoResponse, 1)
 	go func() {

@@ -180,10 +180,12 @@ func (e *Engine) write(ctx context.Context, pt *point, base Record, key string, 
 		intent.Response.Status = promcp.StatusPartial // so that a write confirmed by read-back says so (settle)
 	}
 	wctx := ctx // the write's
-	if pt.late > 0 {
+	if bound := max(pt.late, pt.ack); bound > 0 {
 		// The bus gives up on the frame by the write's deadline at the
-		// latest, and the device may apply it until the window after: the
-		// intent keeps that bound, so a crash keeps the window too.
+		// latest, and the device may apply it until the window after (an
+		// acknowledge's too, which comes by the deadline): the intent keeps
+		// that bound, so a crash keeps the window too, one that comes before
+		// an acknowledge's window is saved included.
 		deadline := time.Now().Add(pt.c.Timeout())
 		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 			deadline = d
@@ -191,7 +193,7 @@ func (e *Engine) write(ctx context.Context, pt *point, base Record, key string, 
 		var cancel context.CancelFunc
 		wctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
-		intent.LateUntil = w.At.Add(time.Until(deadline) + pt.late)
+		intent.LateUntil = w.At.Add(time.Until(deadline) + bound)
 	}
 	if err := e.idem.Save(key, intent); err != nil {
 		failed := e.refuse(pt, key, "", fmt.Sprintf("could not record the request, so nothing was written: %v", err))
@@ -220,6 +222,15 @@ func (e *Engine) write(ctx context.Context, pt *point, base Record, key string, 
 				"then checks the device and never writes twice; other writes to this register are refused until then", promcp.Time(intent.LateUntil), why)
 			if late != nil {
 				retry += ", unless the device's late reply to the write proves it applied first: that settles the key at once"
+			}
+		} else if !intent.LateUntil.IsZero() {
+			// no acknowledge came, and the bus has no late_write_ms: the
+			// bound the intent kept for an acknowledge ends now (unsaved, it
+			// stands: longer, never shorter than a restart would find)
+			next := intent
+			next.LateUntil = time.Time{}
+			if e.idem.Save(key, next) == nil {
+				intent = next
 			}
 		}
 		chargeErr := e.charge(pt, w)
