@@ -29,20 +29,11 @@ func TestProbingTheDeadKeepsProbersHealthy(t *testing.T) {
 func probeTheDead(t *testing.T) string {
 	const hb = 1000 * time.Millisecond
 	keys, network := testKey(t), newMemNet()
+	defer network.close(hb)
 	start := func(name string, seeds ...string) *Mesh {
-		cfg := nodeConfig(t, name, "z", keys, hb, seeds...)
-		cfg.transport = network.port()
-		return startConfig(t, cfg)
+		return network.start(t, nodeConfig(t, name, "z", keys, hb, seeds...))
 	}
 	nodes := []*Mesh{start("node_0")}
-	defer func() {
-		for _, m := range nodes {
-			m.Close()
-		}
-		// Probes under way end on their timers, and the bubble must end
-		// with none of its goroutines left.
-		time.Sleep(5 * hb)
-	}()
 	seed := nodes[0].Self().Addr
 	for i := 1; i < 5; i++ {
 		nodes = append(nodes, start(fmt.Sprintf("node_%d", i), seed))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -18,9 +19,37 @@ import (
 type memNet struct {
 	mu    sync.Mutex
 	ports map[string]*memPort
+	nodes []*Mesh
 }
 
 func newMemNet() *memNet { return &memNet{ports: map[string]*memPort{}} }
+
+// start starts a node on the network; close closes it.
+func (n *memNet) start(t testing.TB, cfg Config) *Mesh {
+	t.Helper()
+	cfg.transport = n.port()
+	m, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.mu.Lock()
+	n.nodes = append(n.nodes, m)
+	n.mu.Unlock()
+	return m
+}
+
+// close closes every node started on the network, then lets the probes
+// under way end on their timers (up to a few heartbeats of hb): a synctest
+// bubble must end with none of its goroutines left.
+func (n *memNet) close(hb time.Duration) {
+	n.mu.Lock()
+	nodes := n.nodes
+	n.mu.Unlock()
+	for _, m := range nodes {
+		m.Close()
+	}
+	time.Sleep(5 * hb)
+}
 
 // port is a new node's end of the network, at the next free address.
 func (n *memNet) port() *memPort {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -68,80 +69,87 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) time.
 	return time.Since(start)
 }
 
+// The nodes talk over a memNet in a synctest bubble: on loopback and the wall
+// clock, a host that stalled the process for longer than the suspicion
+// timeout (two heartbeats) hid c's suspicion from the watch, which reads the
+// member table every quarter heartbeat ("c was not suspected before it was
+// dead", at load 20).
 func TestSeedDiscoveryAndFailure(t *testing.T) {
-	const hb = 200 * time.Millisecond
-	keys := testKey(t)
-	a := startNode(t, "node_a", "north", keys, hb)
-	seed := a.Self().Addr
-	b := startNode(t, "node_b", "north", keys, hb, seed)
-	c := startNode(t, "node_c", "south", keys, hb, seed)
-	// A join that fails under load is tried again scoutFast later.
-	took := waitFor(t, 2*scoutFast, "3 nodes converge", func() bool {
-		return a.Alive("") == 2 && b.Alive("") == 2 && c.Alive("") == 2
-	})
-	t.Logf("3 nodes converged in %s", took)
-	if got := a.Alive("north"); got != 1 {
-		t.Errorf("Alive(north) on a = %d, want 1 (b; a itself is not counted)", got)
-	}
-	p, ok := a.Peer("node_c")
-	if !ok || p.Zone != "south" || p.Endpoint != "http://127.0.0.1:1/mcp" || p.CapsHash != "c0ffee" || !p.Tags.MayHave("temperature") || p.Tags.MayHave("humidity") && p.Tags.MayHave("pressure") {
-		t.Errorf("a sees c as %+v", p)
-	}
-	if s := a.SizeEstimate(); s != 3 {
-		t.Errorf("SizeEstimate = %d, want 3", s)
-	}
-
-	// c fails without a goodbye: a must suspect it, then declare it dead,
-	// within the bound at the worst health score (Lifeguard slows a prober
-	// that misses acks, and a loaded host makes it miss them).
-	events, cancel := a.Subscribe(16)
-	defer cancel()
-	tm := a.Timing()
-	worst := tm.Slowed(awarenessMax - 1)
-	health := a.Status().Health
-	killed := time.Now()
-	c.crash()
-	guard := time.After(worst.SuspectWithin + worst.DeadAfter)
-	var suspectAt, deadAt time.Duration
-	var bSuspected []State // b's states other than alive, as a saw them
-	for deadAt == 0 {
-		select {
-		case ev := <-events:
-			if ev.Kind != PeerChanged {
-				continue
-			}
-			if ev.Peer.NodeID == "node_b" {
-				bSuspected = append(bSuspected, ev.Peer.State)
-				continue
-			}
-			switch ev.Peer.State {
-			case Suspect:
-				suspectAt = ev.At.Sub(killed)
-			case Dead:
-				deadAt = ev.At.Sub(killed)
-			}
-		case <-guard:
-			t.Fatalf("c not declared dead within %s (suspected within %s at health score 7, dead %s later)",
-				worst.SuspectWithin+worst.DeadAfter, worst.SuspectWithin, worst.DeadAfter)
+	synctest.Test(t, func(t *testing.T) {
+		const hb = 200 * time.Millisecond
+		keys, network := testKey(t), newMemNet()
+		defer network.close(hb)
+		a := network.start(t, nodeConfig(t, "node_a", "north", keys, hb))
+		seed := a.Self().Addr
+		b := network.start(t, nodeConfig(t, "node_b", "north", keys, hb, seed))
+		c := network.start(t, nodeConfig(t, "node_c", "south", keys, hb, seed))
+		took := waitFor(t, 2*scoutFast, "3 nodes converge", func() bool {
+			return a.Alive("") == 2 && b.Alive("") == 2 && c.Alive("") == 2
+		})
+		t.Logf("3 nodes converged in %s", took)
+		if got := a.Alive("north"); got != 1 {
+			t.Errorf("Alive(north) on a = %d, want 1 (b; a itself is not counted)", got)
 		}
-	}
-	at := tm.Slowed(health)
-	t.Logf("heartbeat %s, health score %d at the kill: suspected after %s (bound %s), dead after %s (bound %s); now health %d",
-		hb, health, suspectAt, at.SuspectWithin, deadAt, at.SuspectWithin+at.DeadAfter, a.Status().Health)
-	if suspectAt == 0 || suspectAt > deadAt {
-		t.Errorf("c was not suspected before it was dead")
-	}
-	// Last seen alive: no later than the suspicion (to within a watch tick).
-	if p, _ := a.Peer("node_c"); p.State != Dead || p.LastSeen.After(killed.Add(suspectAt+tm.Interval/4)) {
-		t.Errorf("c after death: %+v", p)
-	}
-	// b lives on. A starved prober can miss b's ack (with c gone there is
-	// no relay to ask) and suspect b: b then refutes, as it does any
-	// suspicion of itself, and a sees it alive again.
-	took = waitFor(t, worst.SuspectWithin+worst.DeadAfter, "a sees b alive", func() bool { return a.Alive("") == 1 })
-	if len(bSuspected) > 0 {
-		t.Logf("a suspected b (false positive, refuted): %v; alive again after %s", bSuspected, took)
-	}
+		p, ok := a.Peer("node_c")
+		if !ok || p.Zone != "south" || p.Endpoint != "http://127.0.0.1:1/mcp" || p.CapsHash != "c0ffee" || !p.Tags.MayHave("temperature") || p.Tags.MayHave("humidity") && p.Tags.MayHave("pressure") {
+			t.Errorf("a sees c as %+v", p)
+		}
+		if s := a.SizeEstimate(); s != 3 {
+			t.Errorf("SizeEstimate = %d, want 3", s)
+		}
+
+		// c fails without a goodbye: a must suspect it, then declare it dead,
+		// within the bound at the worst health score (Lifeguard slows a prober
+		// that misses acks, and a loaded host makes it miss them).
+		events, cancel := a.Subscribe(16)
+		defer cancel()
+		tm := a.Timing()
+		worst := tm.Slowed(awarenessMax - 1)
+		health := a.Status().Health
+		killed := time.Now()
+		c.crash()
+		guard := time.After(worst.SuspectWithin + worst.DeadAfter)
+		var suspectAt, deadAt time.Duration
+		var bSuspected []State // b's states other than alive, as a saw them
+		for deadAt == 0 {
+			select {
+			case ev := <-events:
+				if ev.Kind != PeerChanged {
+					continue
+				}
+				if ev.Peer.NodeID == "node_b" {
+					bSuspected = append(bSuspected, ev.Peer.State)
+					continue
+				}
+				switch ev.Peer.State {
+				case Suspect:
+					suspectAt = ev.At.Sub(killed)
+				case Dead:
+					deadAt = ev.At.Sub(killed)
+				}
+			case <-guard:
+				t.Fatalf("c not declared dead within %s (suspected within %s at health score 7, dead %s later)",
+					worst.SuspectWithin+worst.DeadAfter, worst.SuspectWithin, worst.DeadAfter)
+			}
+		}
+		at := tm.Slowed(health)
+		t.Logf("heartbeat %s, health score %d at the kill: suspected after %s (bound %s), dead after %s (bound %s); now health %d",
+			hb, health, suspectAt, at.SuspectWithin, deadAt, at.SuspectWithin+at.DeadAfter, a.Status().Health)
+		if suspectAt == 0 || suspectAt > deadAt {
+			t.Errorf("c was not suspected before it was dead")
+		}
+		// Last seen alive: no later than the suspicion (to within a watch tick).
+		if p, _ := a.Peer("node_c"); p.State != Dead || p.LastSeen.After(killed.Add(suspectAt+tm.Interval/4)) {
+			t.Errorf("c after death: %+v", p)
+		}
+		// b lives on. A starved prober can miss b's ack (with c gone there is
+		// no relay to ask) and suspect b: b then refutes, as it does any
+		// suspicion of itself, and a sees it alive again.
+		took = waitFor(t, worst.SuspectWithin+worst.DeadAfter, "a sees b alive", func() bool { return a.Alive("") == 1 })
+		if len(bSuspected) > 0 {
+			t.Logf("a suspected b (false positive, refuted): %v; alive again after %s", bSuspected, took)
+		}
+	})
 }
 
 func TestLeaveIsNotDeath(t *testing.T) {
