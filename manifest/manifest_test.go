@@ -525,6 +525,9 @@ capabilities:
 		{"{type: modbus-rtu, port: /dev/serial/by-id/x, baud: 9600, parity: even, stop_bits: 1, timeout_ms: 300}", 0, 600 * time.Millisecond},
 		{"{type: modbus-rtu, port: /dev/serial/by-id/x, baud: 9600, parity: even, stop_bits: 1, acknowledge_ms: 0}", 0, 0},
 		{"{type: modbus-rtu, port: /dev/x, baud: 9600, parity: even, stop_bits: 1, simulated: true}", 0, 0},
+		// the default stays within the range a written value must keep to
+		{"{type: modbus-tcp, address: 192.0.2.1:502, timeout_ms: 400000}", 600 * time.Second, 600 * time.Second},
+		{"{type: modbus-rtu, port: /dev/serial/by-id/x, baud: 9600, parity: even, stop_bits: 1, timeout_ms: 400000}", 0, 600 * time.Second},
 	} {
 		m, diags := Parse("m.yml", []byte(fmt.Sprintf(text, c.bus)))
 		if m == nil {

@@ -174,13 +174,13 @@ func (v *validator) maxGap(at Positions, path string, gap *int) {
 }
 
 // window checks a settle window key (late_write_ms, acknowledge_ms) and
-// fills in its default: twice the timeout, or 0 on a simulated bus, whose
-// device applies every write at once.
+// fills in its default: twice the timeout, within the range a written value
+// keeps to, or 0 on a simulated bus, whose device applies every write at once.
 func (v *validator) window(b *Bus, at Positions, path, key string, ms *int, timeoutMs int) {
 	switch {
 	case !at.Has(key):
 		if !b.Simulated {
-			*ms = LateWriteFactor * cmp.Or(timeoutMs, DefaultModbusTimeoutMs)
+			*ms = min(LateWriteFactor*cmp.Or(timeoutMs, DefaultModbusTimeoutMs), MaxLateWriteMs)
 		}
 	case *ms < 0 || *ms > MaxLateWriteMs:
 		v.errorf(at.Of(key), path+"."+key, "must be 0..%d, got %d", MaxLateWriteMs, *ms)
