@@ -638,11 +638,16 @@ func (b *bench) uncachedReads(dev *modbusfault.TCP) error {
 		return fmt.Sprintf("%s, %.1f thread runs", us(medianUse(u[2*t], cpuOf)-medianUse(u[2*t+1], cpuOf)),
 			medianUse(u[2*t], runsOf)-medianUse(u[2*t+1], runsOf))
 	}
+	cachedCPU := func(s, t int) string {
+		u := servers[s].cpu[2*t+1]
+		return fmt.Sprintf("%s, %.1f thread runs", us(medianUse(u, cpuOf)), medianUse(u, runsOf))
+	}
 	for t, transport := range []string{"HTTP", "stdio"} {
 		live, cached := 2+2*t, 3+2*t
 		same := fmt.Sprintf("; in the same rounds, a bare mcp-go server reading with goburrow in its handler: %.2f×, CPU uncached − cached %s", ratio(1, t), cpu(1, t))
 		if b.base != "" {
-			same += fmt.Sprintf("; %s: %.2f×, CPU %s", filepath.Base(b.base), ratio(2, t), cpu(2, t))
+			same += fmt.Sprintf("; %s: %.2f× (uncached %s, cached %s), CPU %s, a cached read %s against physmcpd's %s", filepath.Base(b.base), ratio(2, t),
+				us(medianOf(ns, col(10+2*t))), us(medianOf(ns, col(11+2*t))), cpu(2, t), cachedCPU(2, t), cachedCPU(0, t))
 		}
 		b.add(fmt.Sprintf("uncached Modbus TCP read over %s: (uncached − cached) ÷ goburrow in a process of its own (goburrow %s, uncached %s, cached %s; "+
 			"÷ goburrow in the device's process, %s: %.2f×; CPU per read: physmcpd's uncached − cached %s, goburrow's process %s%s)", transport,
