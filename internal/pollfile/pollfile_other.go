@@ -1,0 +1,9 @@
+//go:build !unix || aix
+
+package pollfile
+
+import "os"
+
+func reader(f *os.File) (*os.File, func() error, error) {
+	return f, func() error { return nil }, nil
+}
