@@ -56,16 +56,17 @@ func EncodeRecord(key string, r Record) ([]byte, error) {
 	set(fInDoubt, r.InDoubt)
 	set(fForgotten, r.Forgotten)
 	set(fCompensable, resp.Compensable)
-	fp, fpErr := hex.DecodeString(r.Fingerprint)
-	set(fFingerprintSHA256, fpErr == nil && len(fp) == 32 && hex.EncodeToString(fp) == r.Fingerprint)
+	fp, fpOK := sha256Hex(r.Fingerprint)
+	set(fFingerprintSHA256, fpOK)
 	set(fKeyIsRecordKey, resp.IdempotencyKey == key)
-	prev, err := binenc.AppendValue(nil, resp.PreviousValue)
+	var prevRoom [16]byte // a number's encoding fits: no allocation
+	prev, err := binenc.AppendValue(prevRoom[:0], resp.PreviousValue)
 	if err != nil {
 		return nil, fmt.Errorf("previous_value: %w", err)
 	}
 	switch {
 	case resp.CompensationHint == nil:
-	case *resp.CompensationHint == derivedHint(r.Tool, prev):
+	case isDerivedHint(*resp.CompensationHint, r.Tool, prev):
 		flags |= fHintDerived
 	default:
 		flags |= fHintText
@@ -93,7 +94,7 @@ func EncodeRecord(key string, r Record) ([]byte, error) {
 	b = binary.AppendUvarint(b, flags)
 	b = binenc.AppendTime(b, r.At)
 	if flags&fFingerprintSHA256 != 0 {
-		b = append(b, fp...)
+		b = append(b, fp[:]...)
 	} else {
 		b = binenc.AppendString(b, r.Fingerprint)
 	}
@@ -219,8 +220,45 @@ func DecodeRecord(key string, v []byte) (Record, error) {
 // derivedHint is the compensation hint the engine gives for previous (an
 // encoded value): the tool with the previous value, as %v prints it.
 func derivedHint(tool string, prev []byte) string {
+	return string(appendDerivedHint(nil, tool, prev))
+}
+
+func appendDerivedHint(b []byte, tool string, prev []byte) []byte {
 	d := binenc.Decoder{B: prev}
-	return fmt.Sprintf("%s value=%v", tool, d.Value())
+	return fmt.Appendf(b, "%s value=%v", tool, d.Value())
+}
+
+// isDerivedHint says h is derivedHint(tool, prev), made in room on the
+// stack: EncodeRecord asks it of every outcome.
+func isDerivedHint(h, tool string, prev []byte) bool {
+	var room [128]byte
+	return string(appendDerivedHint(room[:0], tool, prev)) == h
+}
+
+// sha256Hex decodes s when it is 64 lowercase hex digits (a SHA-256 as
+// hex.EncodeToString gives it), without allocating.
+func sha256Hex(s string) (fp [32]byte, ok bool) {
+	if len(s) != 2*len(fp) {
+		return fp, false
+	}
+	for i := range fp {
+		hi, lo := lowerHex(s[2*i]), lowerHex(s[2*i+1])
+		if hi < 0 || lo < 0 {
+			return fp, false
+		}
+		fp[i] = byte(hi<<4 | lo)
+	}
+	return fp, true
+}
+
+func lowerHex(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'a' <= c && c <= 'f':
+		return int(c-'a') + 10
+	}
+	return -1
 }
 
 // derivedCompensation says c is what the engine derives for tool and the
@@ -230,18 +268,41 @@ func derivedCompensation(c promcp.Compensation, tool string, prev []byte) bool {
 	if c.Tool != tool || len(c.Arguments) != 1 || !ok {
 		return false
 	}
-	enc, err := binenc.AppendValue(nil, v)
+	var room [16]byte
+	enc, err := binenc.AppendValue(room[:0], v)
 	return err == nil && string(enc) == string(prev)
 }
 
-// timestampMs is s as milliseconds when it is promcp.Time's text for them.
+// timestampMs is s as milliseconds when it is promcp.Time's text for them
+// (UTC, "2006-01-02T15:04:05.000Z"). It reads the digits itself: time.Parse,
+// and formatting its result again to compare, were half of EncodeRecord's
+// time, which every do_* pays twice.
 func timestampMs(s string) (int64, bool) {
-	if s == "" {
+	const layout = "0000-00-00T00:00:00.000Z"
+	if len(s) != len(layout) {
 		return 0, false
 	}
-	t, err := time.Parse("2006-01-02T15:04:05.000Z07:00", s)
-	if err != nil || promcp.Time(t) != s {
+	var n [7]int // year, month, day, hour, minute, second, millisecond
+	f := 0
+	for i := range len(layout) {
+		switch c := s[i]; {
+		case layout[i] != '0':
+			if c != layout[i] {
+				return 0, false
+			}
+			f++
+		case '0' <= c && c <= '9':
+			n[f] = n[f]*10 + int(c-'0')
+		default:
+			return 0, false
+		}
+	}
+	if n[1] < 1 || n[1] > 12 || n[2] < 1 || n[3] > 23 || n[4] > 59 || n[5] > 59 {
 		return 0, false
+	}
+	t := time.Date(n[0], time.Month(n[1]), n[2], n[3], n[4], n[5], n[6]*1e6, time.UTC)
+	if t.Day() != n[2] {
+		return 0, false // a day the month does not have, which time.Date moves on
 	}
 	return t.UnixMilli(), true
 }

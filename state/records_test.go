@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"slices"
 	"strings"
 	"testing"
@@ -37,5 +38,35 @@ func TestRecordsListsEveryRecordAndSkipsUnreadable(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), `"bad"`) {
 		t.Fatalf("error %v, want the unreadable record named", err)
+	}
+}
+
+// A record saved twice before a checkpoint is put once, as its newest
+// version: its slot is that version's time, not the first's.
+func TestCheckpointPutsOnlyTheNewestVersion(t *testing.T) {
+	c := &clock{time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	s := open(t, t.TempDir(), c)
+	defer s.Close()
+	noCheckpoints(t)
+	intent, outcome := engine.Record{Tool: "do_x", At: c.t, InDoubt: true}, engine.Record{Tool: "do_x", At: c.t.Add(time.Second)}
+	for _, r := range []engine.Record{intent, outcome} {
+		if err := s.Save("k", r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if slot := tx.Bucket(bucketIndex).Get([]byte("k")); !bytes.Equal(slot, timeSlot(outcome.At)) {
+			t.Errorf("slot %x, want the outcome's %x (the intent's: %x)", slot, timeSlot(outcome.At), timeSlot(intent.At))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := s.Load("k"); !ok || r.InDoubt || !r.At.Equal(outcome.At) {
+		t.Fatalf("loaded %+v %v, want the outcome", r, ok)
 	}
 }

@@ -55,7 +55,8 @@ type Store struct {
 	log *slog.Logger
 	w   *logWriter
 
-	applying  sync.Mutex // one checkpoint at a time
+	applying  sync.Mutex     // one checkpoint at a time
+	newest    map[string]int // the checkpoint's: the index of each record's newest version among its ops
 	stop      chan struct{}
 	stopped   chan struct{} // the checkpointer has returned
 	closeOnce sync.Once
@@ -113,7 +114,8 @@ func Open(dir string, now func() time.Time, log *slog.Logger) (*Store, error) {
 	if in.format != format {
 		log.Info("state store converted to format "+format, "file", p.db, "records", moved)
 	}
-	s := &Store{db: db, now: now, log: log, stop: make(chan struct{}), stopped: make(chan struct{})}
+	s := &Store{db: db, now: now, log: log, stop: make(chan struct{}), stopped: make(chan struct{}),
+		newest: map[string]int{}}
 	if s.w, err = s.openLog(p, in); err != nil {
 		return fail(err)
 	}
@@ -246,9 +248,21 @@ func (s *Store) checkpoint() (pruned int, err error) {
 	if len(ops) == 0 && upto == s.w.appliedLSN() {
 		return 0, nil
 	}
+	// A record saved again before the checkpoint (a do_*'s intent, then its
+	// outcome) is put once, as its newest version: the transaction holds
+	// all of them or none, so an older version was never read from state.db.
+	clear(s.newest)
+	for i, p := range ops {
+		if p.op.kind == opRecord {
+			s.newest[p.op.key] = i
+		}
+	}
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		a := newApplier(tx, s.log)
-		for _, p := range ops {
+		for i, p := range ops {
+			if p.op.kind == opRecord && s.newest[p.op.key] != i {
+				continue
+			}
 			if err := a.apply(p.op); err != nil {
 				return err
 			}
@@ -360,7 +374,7 @@ func (s *Store) SaveOutcome(key string, r engine.Record, tool string, w *engine.
 	if err != nil {
 		return fmt.Errorf("save idempotency record: %w", err)
 	}
-	ops := []op{o}
+	ops := append(make([]op, 0, 2), o) // room for the charge: one allocation
 	if w != nil {
 		ops = append(ops, op{kind: opCharge, key: tool, write: *w, keep: keep})
 	}
