@@ -70,6 +70,10 @@ type linear struct {
 	// fast is set when scale = M/D and offset = O/D with integers below 2^53.
 	fast    bool
 	m, o, d float64
+	// the decimals of scale and offset, made once: invert ran on every
+	// write and made them anew each time (strconv and big.Rat's parser: a
+	// fifth of what a do_* allocated)
+	exactScale, exactOffset *big.Rat
 }
 
 const exactLimit = 1 << 53
@@ -81,8 +85,8 @@ func newLinear(scale, offset float64) (linear, error) {
 	if math.IsNaN(scale) || math.IsInf(scale, 0) || math.IsNaN(offset) || math.IsInf(offset, 0) {
 		return linear{}, fmt.Errorf("scale %v and offset %v must be finite numbers", scale, offset)
 	}
-	l := linear{scale: scale, offset: offset, identity: scale == 1 && offset == 0}
 	s, o := exact.Decimal(scale), exact.Decimal(offset)
+	l := linear{scale: scale, offset: offset, identity: scale == 1 && offset == 0, exactScale: s, exactOffset: o}
 	d := new(big.Int).Set(s.Denom())
 	od := o.Denom()
 	// lcm of two powers-of-2-and-5 denominators
@@ -119,8 +123,8 @@ func (l *linear) invert(v *big.Rat) *big.Rat {
 	if l.identity {
 		return v
 	}
-	r := new(big.Rat).Sub(v, exact.Decimal(l.offset))
-	return r.Quo(r, exact.Decimal(l.scale))
+	r := new(big.Rat).Sub(v, l.exactOffset) // read only: shared by concurrent writes
+	return r.Quo(r, l.exactScale)
 }
 
 // intType is an integer register layout: a Modbus integer type, a bit or an I2C field.
@@ -149,6 +153,16 @@ func (t intType) max() *big.Int {
 // pattern returns the two's-complement bit pattern of x in t.bits bits, or an
 // error naming the limits when x does not fit.
 func (t intType) pattern(x *big.Int, shown func() string) (uint64, error) {
+	if t.bits < 64 && x.IsInt64() {
+		// in int64 when it fits, without the limits as big.Ints
+		n, lo, hi := x.Int64(), int64(0), int64(1)<<t.bits-1
+		if t.signed {
+			lo, hi = -1<<(t.bits-1), 1<<(t.bits-1)-1
+		}
+		if lo <= n && n <= hi {
+			return uint64(n) & (1<<t.bits - 1), nil
+		}
+	}
 	lo, hi := t.min(), t.max()
 	if x.Cmp(lo) < 0 || x.Cmp(hi) > 0 {
 		return 0, fmt.Errorf("value %s does not fit %s (%s..%s)", shown(), t.name, lo, hi)
