@@ -236,15 +236,14 @@ func TestMeshFiveProcesses(t *testing.T) {
 			t.Fatalf("node_1 did not declare node_5 dead within 20 heartbeats")
 		}
 	}
+	// The bounds are logged, not checked: five processes on the wall clock
+	// miss them by however long a loaded host stalls them. The mesh
+	// package checks them on its own clock (TestProbingTheDeadKeepsProbersHealthy).
 	tm := mesh.TimingFor(hb, 5)
 	t.Logf("heartbeat %s: node_5 suspected after %s (bound %s), dead after %s (bound %s)", hb,
 		suspected.Round(time.Millisecond), tm.SuspectWithin, dead.Round(time.Millisecond), tm.SuspectWithin+tm.DeadAfter)
 	if suspected == 0 {
 		t.Errorf("node_5 went from alive to dead without being suspected")
-	}
-	// The bounds hold on an idle machine; a loaded CI host gets one more second.
-	if slack := time.Second; suspected > tm.SuspectWithin+slack || dead > tm.SuspectWithin+tm.DeadAfter+slack {
-		t.Errorf("detection slower than the configured bounds (+%s)", slack)
 	}
 	out.Reset()
 	run([]string{"mesh", "status", "--url", seed.endpoint, "--token", meshToken}, &out, &errOut)
