@@ -130,7 +130,12 @@ func (e *Engine) do(ctx context.Context, caller Caller, pt *point, req promcp.Do
 	// Writes to one register or line (and to the sources of its interlocks)
 	// take turns from here to the charge, and check the limits again in turn:
 	// another call may have written meanwhile.
-	defer e.lockWrites(pt)()
+	unlock, err := e.takeWrites(ctx, pt)
+	if err != nil {
+		e.log.Warn("do refused: no write turn", "tool", tool, "key", key, "err", err, "caller", caller.Identity)
+		return e.refuse(pt, key, promcp.SourceUnreachable, fmt.Sprintf("%v; nothing was written", err))
+	}
+	defer unlock()
 	if doubt != nil && doubt.Seq > 0 {
 		// A write may have come between settling and taking the turn.
 		if later, laterTool, ok := pt.site.after(doubt.Seq); ok {
@@ -475,7 +480,13 @@ func (e *Engine) finish(ctx context.Context, pt *point, base Record, key string,
 
 // settleLocked settles an in-doubt key under its site's write turn.
 func (e *Engine) settleLocked(ctx context.Context, pt *point, key string, rec Record, proved bool) (promcp.DoResponse, string) {
-	defer e.lockWrites(pt)()
+	unlock, err := e.takeWrites(ctx, pt)
+	if err != nil {
+		e.log.Warn("do in-doubt key not settled: no write turn", "tool", pt.tool, "key", key, "err", err)
+		return e.refuse(pt, key, promcp.SourceUnreachable, fmt.Sprintf("this key's write of %v (sent %s) has no known outcome, and checking it needs the write turn: %v. "+
+			"Nothing was written; retry with the same idempotency_key: the retry checks the device and never writes twice", rec.Response.AppliedValue, promcp.Time(rec.SentAt), err)), OutcomeInDoubt
+	}
+	defer unlock()
 	return e.settle(ctx, pt, key, rec, proved)
 }
 

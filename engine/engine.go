@@ -282,7 +282,7 @@ func (e *Engine) bind(cat *catalog, c *manifest.Capability, bus drivers.Bus) err
 		at = locationKey(c.WritesWith) // bytes shared with it, maybe: take turns
 	}
 	if pt.site = e.sites[at]; pt.site == nil {
-		pt.site = &site{key: at}
+		pt.site = &site{key: at, turn: make(chan struct{}, 1)}
 		e.sites[at] = pt.site
 	}
 	cat.points[pt.tool] = pt

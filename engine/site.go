@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -16,10 +18,15 @@ import (
 // or "not applied", which the device's value alone cannot (a later write
 // overwrote the evidence).
 type site struct {
-	key  string
-	turn sync.Mutex
+	key string
+	// turn holds a token while a writer has the turn: a channel, so that a
+	// waiter can give up on a holder wedged in its driver.
+	turn chan struct{}
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// wedgedAt is when the turn's holder is past every transaction it may
+	// run under the turn, and so is wedged (zero: the turn is free).
+	wedgedAt time.Time
 	seq      uint64 // number of the latest write charged
 	last     Write  // the latest write charged
 	lastTool string
@@ -120,21 +127,103 @@ func (s *site) charged(seq uint64) bool {
 // lockWrites takes the write turn of pt's site and of every site its
 // interlocks read, in one order (by key) so two writers never deadlock. Under
 // it, an interlock's fresh read and the guarded write cannot interleave with
-// a write to the interlock's source made through this daemon.
+// a write to the interlock's source made through this daemon. It waits for a
+// holder for as long as it takes: startup's settling and the safe state.
 func (e *Engine) lockWrites(pt *point) (unlock func()) {
+	unlock, _ = e.writeTurn(context.Background(), pt, false)
+	return unlock
+}
+
+// takeWrites is lockWrites for a do_*: it gives up when ctx ends or when a
+// turn's holder is wedged, past every transaction it may run under the turn
+// and WedgeMargin. Over MCP a do_* runs without a deadline, and a write stuck
+// in its driver (a hung adapter, an ioctl that never returns) would otherwise
+// hold every later write to its register, and their clients, for good.
+func (e *Engine) takeWrites(ctx context.Context, pt *point) (unlock func(), err error) {
+	return e.writeTurn(ctx, pt, true)
+}
+
+// writeTurn takes the turns for lockWrites (impatient false: it never gives
+// up) and takeWrites.
+func (e *Engine) writeTurn(ctx context.Context, pt *point, impatient bool) (unlock func(), err error) {
 	sites := []*site{pt.site}
+	turnTime := 3 * pt.c.Timeout() // the value before, the write, its read-back
 	for _, il := range pt.c.Interlocks {
-		if src, ok := e.catalog().points[il.Source.ToolName()]; ok && !slices.Contains(sites, src.site) {
-			sites = append(sites, src.site)
+		if src, ok := e.catalog().points[il.Source.ToolName()]; ok {
+			turnTime += src.c.Timeout() // its fresh read
+			if !slices.Contains(sites, src.site) {
+				sites = append(sites, src.site)
+			}
 		}
 	}
 	slices.SortFunc(sites, func(a, b *site) int { return strings.Compare(a.key, b.key) })
-	for _, s := range sites {
-		s.turn.Lock()
-	}
-	return func() {
+	unlock = func() {
 		for _, s := range slices.Backward(sites) {
-			s.turn.Unlock()
+			s.mu.Lock()
+			s.wedgedAt = time.Time{}
+			s.mu.Unlock()
+			<-s.turn
+		}
+	}
+	for i, s := range sites {
+		if err := s.take(ctx, impatient); err != nil {
+			sites = sites[:i]
+			unlock()
+			return func() {}, err
+		}
+		s.mu.Lock()
+		s.wedgedAt = time.Now().Add(turnTime + WedgeMargin)
+		s.mu.Unlock()
+	}
+	return unlock, nil
+}
+
+// turnRecheck is how soon a waiter looks again at a turn whose holder has
+// not yet set its bound.
+const turnRecheck = 50 * time.Millisecond
+
+// take waits for s's turn; an impatient caller only until ctx ends or the
+// turn's holder is wedged.
+func (s *site) take(ctx context.Context, impatient bool) error {
+	if !impatient {
+		s.turn <- struct{}{}
+		return nil
+	}
+	select {
+	case s.turn <- struct{}{}:
+		return nil
+	default:
+	}
+	var wedged *time.Timer
+	defer func() {
+		if wedged != nil {
+			wedged.Stop()
+		}
+	}()
+	for {
+		s.mu.Lock()
+		at := s.wedgedAt
+		s.mu.Unlock()
+		if !at.IsZero() && !time.Now().Before(at) {
+			return fmt.Errorf("another write to %s has held its turn past its transactions' timeouts and %v: its driver or bus is wedged", s.key, WedgeMargin)
+		}
+		wait := time.Until(at)
+		if at.IsZero() {
+			// the turn changed hands and its new holder has not yet said
+			// how long it may hold it
+			wait = turnRecheck
+		}
+		if wedged == nil {
+			wedged = time.NewTimer(wait)
+		} else {
+			wedged.Reset(wait)
+		}
+		select {
+		case s.turn <- struct{}{}:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for another write to %s: %w", s.key, context.Cause(ctx))
+		case <-wedged.C:
 		}
 	}
 }
