@@ -30,7 +30,11 @@ func serveStream(ctx context.Context, cfg serveConfig, e *engine.Engine, session
 		}
 	} else {
 		if f, ok := stdin.(*os.File); ok {
-			r, restore, err := pollfile.Reader(f)
+			written := []*os.File{os.Stderr}
+			if out, ok := stdout.(*os.File); ok {
+				written = append(written, out)
+			}
+			r, restore, err := pollfile.Reader(f, written...)
 			if err != nil {
 				logger.Warn("reading stdin blocking", "err", err)
 			}

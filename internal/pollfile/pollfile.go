@@ -12,8 +12,12 @@ import "os"
 // Reader returns a file that reads what f reads, on Go's poller when f is a
 // pipe or socket that is not on it already, and a function that gives f's
 // open file back its blocking mode: call it when done reading (it closes
-// the returned file). Anything else (a terminal, a regular file) is returned
-// as it is, with a restore that does nothing.
-func Reader(f *os.File) (*os.File, func() error, error) {
-	return reader(f)
+// the returned file). Anything else (a terminal, a regular file), and a
+// pipe or socket that one of written may be (the same socket as stdin and
+// stdout, as socat EXEC and inetd-style socket activation hand it), is
+// returned as it is, with a restore that does nothing: written are files
+// written blocking, off the poller, and O_NONBLOCK on their open file would
+// make a write to a full buffer fail with EAGAIN instead of waiting.
+func Reader(f *os.File, written ...*os.File) (*os.File, func() error, error) {
+	return reader(f, written)
 }

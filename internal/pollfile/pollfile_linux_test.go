@@ -147,3 +147,41 @@ func TestFileOnThePollerIsLeftAlone(t *testing.T) {
 		t.Error("restore made a file that was non-blocking from the start blocking")
 	}
 }
+
+// A socket that is stdin and stdout at once (socat EXEC, inetd-style socket
+// activation) is left blocking: O_NONBLOCK belongs to its one open file, and
+// stdout, written off the poller, would then fail with EAGAIN when its
+// buffer is full (a large tools/list) instead of waiting.
+func TestSocketAlsoWrittenIsLeftAlone(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, peer := os.NewFile(uintptr(fds[0]), "s"), os.NewFile(uintptr(fds[1]), "peer")
+	defer s.Close()
+	defer peer.Close()
+	dup, err := unix.FcntlInt(uintptr(fds[0]), unix.F_DUPFD_CLOEXEC, 0) // as fd 1 is fd 0's dup
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := os.NewFile(uintptr(dup), "out")
+	defer out.Close()
+	pf, restore, err := Reader(s, peer, out)
+	if err != nil || pf != s {
+		t.Fatalf("Reader(socket also written) = %v, %v; want the socket itself", pf, err)
+	}
+	if nonblocking(t, s) || nonblocking(t, out) {
+		t.Error("a socket also written was made O_NONBLOCK")
+	}
+	if err := restore(); err != nil {
+		t.Fatal(err)
+	}
+	// Written files of their own leave the socket to the poller.
+	pf, restore, err = Reader(s, peer)
+	if err != nil || pf == s {
+		t.Fatalf("Reader(socket, its peer) = %v, %v; want a file on the poller", pf, err)
+	}
+	if err := restore(); err != nil {
+		t.Fatal(err)
+	}
+}

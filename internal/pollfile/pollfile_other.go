@@ -4,6 +4,6 @@ package pollfile
 
 import "os"
 
-func reader(f *os.File) (*os.File, func() error, error) {
+func reader(f *os.File, _ []*os.File) (*os.File, func() error, error) {
 	return f, func() error { return nil }, nil
 }

@@ -20,7 +20,7 @@ import (
 // make the same flag visible to whatever shares stdout, such as stderr
 // after 2>&1, whose blocking writes would then fail with EAGAIN when the
 // pipe is full, while a write to a pipe with room does not block anyway.
-func reader(f *os.File) (*os.File, func() error, error) {
+func reader(f *os.File, written []*os.File) (*os.File, func() error, error) {
 	nothing := func() error { return nil }
 	if f.SetReadDeadline(time.Time{}) == nil {
 		return f, nothing, nil // already on the poller: it was non-blocking when opened
@@ -36,7 +36,7 @@ func reader(f *os.File) (*os.File, func() error, error) {
 		if opErr = unix.Fstat(int(fd), &st); opErr != nil {
 			return
 		}
-		if t := st.Mode & unix.S_IFMT; t != unix.S_IFIFO && t != unix.S_IFSOCK {
+		if t := st.Mode & unix.S_IFMT; t != unix.S_IFIFO && t != unix.S_IFSOCK || sharesFile(st, written) {
 			return
 		}
 		if flags, opErr = unix.FcntlInt(fd, unix.F_GETFL, 0); opErr != nil {
@@ -83,4 +83,25 @@ func reader(f *os.File) (*os.File, func() error, error) {
 		pf.Close()
 		return restoreFlags()
 	}, nil
+}
+
+// sharesFile says whether one of files is, or may be, the pipe or socket
+// whose status is st: the same inode (the other end of the same pipe too,
+// which is only as cautious).
+func sharesFile(st unix.Stat_t, files []*os.File) bool {
+	for _, f := range files {
+		if f == nil {
+			continue
+		}
+		rc, err := f.SyscallConn()
+		if err != nil {
+			continue // closed: nothing is written to it
+		}
+		var other unix.Stat_t
+		var serr error
+		if err := rc.Control(func(fd uintptr) { serr = unix.Fstat(int(fd), &other) }); err == nil && serr == nil && other.Dev == st.Dev && other.Ino == st.Ino {
+			return true
+		}
+	}
+	return false
 }
