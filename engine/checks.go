@@ -156,10 +156,14 @@ func (e *Engine) limits(pt *point) decision {
 		return now
 	}); ok {
 		// Written now, the value could be undone when the frame lands.
-		d := deny(promcp.CooldownActive, "an earlier write of %v to this register or line (idempotency_key %q) has no known outcome, "+
+		retry := fmt.Sprintf("a retry of %q settles that write", l.key)
+		if l.key == "" {
+			retry = "that write has no idempotency_key to retry: its window ends it, or the device's late reply when the bus hears one"
+		}
+		d := deny(promcp.CooldownActive, "%s to this register or line has no known outcome, "+
 			"and the device may still apply it until %s (%s); nothing is written to it before then. "+
-			"Retry after that; a retry of %q settles that write",
-			l.value, l.key, promcp.Time(l.until), l.why, l.key)
+			"Retry after that; %s",
+			l.what(), promcp.Time(l.until), l.why, retry)
 		d.clearsAt = l.until
 		return d
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/physmcp/physmcpd/drivers"
 	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/promcp"
 )
@@ -78,10 +79,10 @@ func (e *Engine) driveSafe(ctx context.Context, pt *point, v any, why string, ca
 		// The in-doubt frame could land after the safe value and undo it:
 		// wait it out when the deadline allows, else write now and say so.
 		if _, err := e.waitLate(ctx, l.until, l.reply); err != nil {
-			resp.Warnings = append(resp.Warnings, fmt.Sprintf("an earlier write of %v (idempotency_key %q) may still reach the device until %s and undo this one (%v)",
-				l.value, l.key, promcp.Time(l.until), err))
+			resp.Warnings = append(resp.Warnings, fmt.Sprintf("%s may still reach the device until %s and undo this one (%v)",
+				l.what(), promcp.Time(l.until), err))
 		} else {
-			pt.site.endLate(l.key)
+			pt.site.endWaited(l)
 		}
 	}
 	defer e.lockWrites(pt)()
@@ -89,7 +90,10 @@ func (e *Engine) driveSafe(ctx context.Context, pt *point, v any, why string, ca
 	if perr == nil {
 		resp.PreviousValue = prev.value
 	}
-	sent := e.now()
+	sent, deadline := e.now(), time.Now().Add(pt.c.Timeout())
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
 	// The write goes around the circuit breaker on purpose: an actuator must be
 	// tried whenever it is to be made safe, even if its device failed recently.
 	werr := e.timed(ctx, pt, opWrite, func(ctx context.Context) error { return pt.drv.Write(ctx, value) })
@@ -103,6 +107,9 @@ func (e *Engine) driveSafe(ctx context.Context, pt *point, v any, why string, ca
 	}
 	if werr != nil {
 		resp.Reason = fmt.Sprintf("%s: write failed: %v", why, werr)
+		if until, ok := e.safeLate(ctx, pt, value, why, sent, deadline, werr); ok {
+			resp.Reason += fmt.Sprintf("; the device may still apply it until %s, and other writes to this register or line are refused until then", promcp.Time(until))
+		}
 		resp.Permission = failurePermission(werr)
 		e.log.Error("safe state not applied", "tool", pt.tool, "value", value, "why", why, "err", werr)
 		return resp, fmt.Errorf("write safe value %v: %w", value, werr)
@@ -123,6 +130,37 @@ func (e *Engine) driveSafe(ctx context.Context, pt *point, v any, why string, ca
 		return resp, fmt.Errorf("wrote safe value %v but the device reports %v", value, resp.AppliedValue)
 	}
 	return resp, nil
+}
+
+// safeLate opens the settle window of the safe state's write of value (sent
+// at sent, with deadline) that failed with werr, when its outcome is in
+// doubt, as a do_*'s write opens one (lateWindow), and says until when (ok
+// false: none, or the bus has none). A do_* written inside it could be
+// undone when the frame lands: the dead man's safe write lost on the wire,
+// an agent's write read back, then the device moving to the safe value
+// behind the agent's back. The window is held in memory only: the write has
+// no intent record for a restart to find.
+func (e *Engine) safeLate(ctx context.Context, pt *point, value any, by string, sent, deadline time.Time, werr error) (until time.Time, ok bool) {
+	window, why, acked := pt.late, whyLate, acknowledged(werr)
+	if !inDoubt(werr) {
+		return time.Time{}, false
+	}
+	if acked {
+		window, why = max(pt.late, pt.ack), whyAck
+	}
+	if window <= 0 {
+		return time.Time{}, false
+	}
+	until = e.now().Add(window)
+	if !acked && ctx.Err() != nil {
+		// the call went away: the bus may have held the frame until the deadline
+		until = until.Add(max(time.Until(deadline), 0))
+	}
+	var reply *drivers.LateReply
+	errors.As(werr, &reply)
+	pt.site.noteLate(lateWrite{by: by, sent: sent, value: value, until: until, why: why, reply: reply})
+	e.log.Warn("safe state write outcome unknown: its register is held for its settle window", "tool", pt.tool, "value", value, "late_until", until, "err", werr)
+	return until, true
 }
 
 // DeadManTimeout is the manifest's safe_state.dead_man_timeout_ms (0: none).

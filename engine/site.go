@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/physmcp/physmcpd/drivers"
+	"github.com/physmcp/physmcpd/promcp"
 )
 
 // site is one register or line, shared by every point that addresses it.
@@ -37,7 +38,11 @@ type site struct {
 // until until (the end of its settle window: its bus's late_write_ms, or
 // acknowledge_ms after the device acknowledged it).
 type lateWrite struct {
+	// key is the do_*'s idempotency_key, "" for a safe-state write
+	// (driveSafe), which has none: by says why it was made, sent when.
 	key   string
+	by    string
+	sent  time.Time
 	value any
 	until time.Time
 	// why the window is open, as answers say it (whyLate, whyAck, whyRestored)
@@ -54,6 +59,14 @@ const (
 	whyAck      = "the device acknowledged it (Modbus exception 5) and acts on it later: the bus's acknowledge_ms"
 	whyRestored = "the bus's late_write_ms, or acknowledge_ms after an acknowledge"
 )
+
+// what names the write, as the answers about its window say it.
+func (l lateWrite) what() string {
+	if l.key == "" {
+		return fmt.Sprintf("the safe state's write of %v at %s (%s)", l.value, promcp.Time(l.sent), l.by)
+	}
+	return fmt.Sprintf("an earlier write of %v (idempotency_key %q)", l.value, l.key)
+}
 
 // noteLate records an in-doubt write's settle window; of two, the one that
 // ends later stands.
@@ -89,6 +102,16 @@ func (s *site) endLate(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.late.key == key {
+		s.late = lateWrite{}
+	}
+}
+
+// endWaited ends l once it has been waited out, unless another window
+// replaced it meanwhile: two safe-state writes' windows share the key "".
+func (s *site) endWaited(l lateWrite) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.late.key == l.key && s.late.until.Equal(l.until) {
 		s.late = lateWrite{}
 	}
 }
