@@ -18,6 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/physmcp/physmcpd/internal/syncbuf"
 	"github.com/physmcp/physmcpd/internal/testenv"
 )
 
@@ -71,7 +72,15 @@ func TestArmBinariesServeTheExampleUnderQemuUser(t *testing.T) {
 				t.Fatalf("version: %v: %q", err, out)
 			}
 			args := append(tc.cmd[1:], "serve", "--manifest", manifest, "--policy", policy, "--simulate", "--stdio", "--log-level", "warn")
-			exercise(t, transport.NewStdio(tc.cmd[0], nil, args...))
+			// A server that exits early shows only as "transport closed"
+			// to the client: its stderr says why.
+			var stderr syncbuf.Buffer
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("physmcpd's stderr:\n%s", stderr.String())
+				}
+			})
+			exercise(t, transport.NewStdioWithOptions(tc.cmd[0], nil, args, transport.WithCommandStderrWriter(&stderr)))
 		})
 	}
 }
