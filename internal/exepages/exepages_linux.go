@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -29,14 +31,29 @@ func Release() (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return release(smaps, uint64(st.Dev), st.Ino)
+	return releaseOwn(smaps, uint64(st.Dev), st.Ino, reflect.ValueOf(Release).Pointer())
+}
+
+// releaseOwn releases the executable's clean mappings once they are seen to
+// hold its own code (at code). An emulator may show a process another's
+// mappings: qemu-user before 8.1 passes /proc/self/smaps through from its
+// host process, whose addresses are not the guest's (and, for a 32-bit
+// guest, do not even fit its pointers), and dropping the pages at them
+// zeroed the guest's heap: physmcpd died at start-up now and then under
+// qemu-arm.
+func releaseOwn(smaps []byte, dev, ino uint64, code uintptr) (int64, error) {
+	ms := cleanMappings(smaps, dev, ino)
+	if !slices.ContainsFunc(ms, func(m mapping) bool { return m.start <= code && code < m.end }) {
+		return 0, fmt.Errorf("/proc/self/smaps does not show the executable's code at %#x among its %d clean mappings (an emulator's?): nothing released", code, len(ms))
+	}
+	return release(ms)
 }
 
 // release drops the clean read-only mappings of the file dev/ino that smaps
 // lists.
-func release(smaps []byte, dev, ino uint64) (int64, error) {
+func release(ms []mapping) (int64, error) {
 	var released int64
-	for _, m := range cleanMappings(smaps, dev, ino) {
+	for _, m := range ms {
 		if _, _, errno := syscall.Syscall(syscall.SYS_MADVISE, m.start, m.end-m.start, syscall.MADV_DONTNEED); errno != 0 {
 			return released, fmt.Errorf("madvise %#x-%#x: %w", m.start, m.end, errno)
 		}
@@ -72,7 +89,7 @@ func cleanMappings(smaps []byte, dev, ino uint64) []mapping {
 			start, err1 := strconv.ParseUint(lo, 16, 64)
 			end, err2 := strconv.ParseUint(hi, 16, 64)
 			inode, err3 := strconv.ParseUint(f[4], 10, 64)
-			if err1 != nil || err2 != nil || err3 != nil || strings.Contains(f[1], "w") || inode != ino || !sameDevice(f[3], dev) {
+			if err1 != nil || err2 != nil || err3 != nil || end > uint64(^uintptr(0)) || strings.Contains(f[1], "w") || inode != ino || !sameDevice(f[3], dev) {
 				continue
 			}
 			cur = &mapping{start: uintptr(start), end: uintptr(end)}

@@ -2,6 +2,7 @@ package exepages
 
 import (
 	"bytes"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -87,7 +88,7 @@ func TestReleaseDropsCleanPagesAndKeepsWrittenOnes(t *testing.T) {
 		t.Fatalf("%d of the clean mapping's %d pages are present after reading them all", got, pages)
 	}
 	dev, ino := identity(t, path)
-	released, err := release(smaps(t), dev, ino)
+	released, err := release(cleanMappings(smaps(t), dev, ino))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,4 +111,20 @@ func present(t *testing.T, b []byte) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// Mappings that do not hold the executable's code are not the process's
+// own (qemu-user before 8.1 shows its host's /proc/self/smaps to the guest):
+// nothing is released, where dropping pages at those addresses zeroed the
+// guest's heap.
+func TestReleaseRefusesMappingsNotHoldingItsCode(t *testing.T) {
+	dev, ino := identity(t, "/proc/self/exe")
+	code := reflect.ValueOf(Release).Pointer()
+	elsewhere := code ^ 1<<(bits.UintSize-2) // as the host's address of the guest's code may be
+	if released, err := releaseOwn(smaps(t), dev, ino, elsewhere); err == nil || released != 0 {
+		t.Fatalf("releaseOwn with the code at %#x, outside every mapping = %d, %v; want an error and nothing released", elsewhere, released, err)
+	}
+	if released, err := releaseOwn(smaps(t), dev, ino, code); err != nil || released == 0 {
+		t.Fatalf("releaseOwn with the code where it is = %d, %v; want pages released", released, err)
+	}
 }
