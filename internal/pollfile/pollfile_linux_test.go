@@ -84,14 +84,21 @@ func TestPipeIsReadOnThePoller(t *testing.T) {
 	}
 }
 
-func TestSocketIsReadOnThePoller(t *testing.T) {
+// socketPair is a connected pair of blocking Unix stream sockets, off the
+// poller as a socket handed to physmcpd is.
+func socketPair(t *testing.T) (s, peer *os.File) {
+	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, peer := os.NewFile(uintptr(fds[0]), "s"), os.NewFile(uintptr(fds[1]), "peer")
-	defer s.Close()
-	defer peer.Close()
+	s, peer = os.NewFile(uintptr(fds[0]), "s"), os.NewFile(uintptr(fds[1]), "peer")
+	t.Cleanup(func() { s.Close(); peer.Close() })
+	return s, peer
+}
+
+func TestSocketIsReadOnThePoller(t *testing.T) {
+	s, _ := socketPair(t)
 	pf, restore, err := Reader(s)
 	if err != nil {
 		t.Fatal(err)
@@ -153,14 +160,8 @@ func TestFileOnThePollerIsLeftAlone(t *testing.T) {
 // stdout, written off the poller, would then fail with EAGAIN when its
 // buffer is full (a large tools/list) instead of waiting.
 func TestSocketAlsoWrittenIsLeftAlone(t *testing.T) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, peer := os.NewFile(uintptr(fds[0]), "s"), os.NewFile(uintptr(fds[1]), "peer")
-	defer s.Close()
-	defer peer.Close()
-	dup, err := unix.FcntlInt(uintptr(fds[0]), unix.F_DUPFD_CLOEXEC, 0) // as fd 1 is fd 0's dup
+	s, peer := socketPair(t)
+	dup, err := unix.FcntlInt(s.Fd(), unix.F_DUPFD_CLOEXEC, 0) // as fd 1 is fd 0's dup
 	if err != nil {
 		t.Fatal(err)
 	}
