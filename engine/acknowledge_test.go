@@ -132,18 +132,7 @@ func TestAcknowledgeWindowSurvivesRestart(t *testing.T) {
 	if b := doOn(t, e, "do_flow_setpoint", 700, "B"); b.Permission != promcp.CooldownActive || !lateUntil(t, b.Reason).Equal(end) {
 		t.Fatalf("B after a restart inside A's window = %+v, want cooldown_active until %s", b, end)
 	}
-	again := make(chan promcp.DoResponse, 1)
-	go func() {
-		resp, _ := e.Do(context.Background(), operator, "do_flow_setpoint", promcp.DoRequest{Value: 500, IdempotencyKey: "A"})
-		again <- resp
-	}()
-	close(hold)
-	if resp := <-again; resp.Status != promcp.StatusSuccess {
-		t.Fatalf("retry of A after a restart = %+v", resp)
-	}
-	if n, frames := w.dev.Writes(modbusfault.HoldingRegisters, 0), w.dev.Requests(6); n != 1 || frames != 1 {
-		t.Fatalf("%d writes applied, %d FC6 frames; want 1 and 1", n, frames)
-	}
+	retryAppliedOnce(t, e, w.dev, hold)
 }
 
 // ackSaveLost is a state store that loses every save of key A after its
@@ -193,6 +182,14 @@ func TestAcknowledgeWindowSurvivesACrashBeforeItsSave(t *testing.T) {
 	if b := doOn(t, e, "do_flow_setpoint", 700, "B"); b.Permission != promcp.CooldownActive {
 		t.Fatalf("B after a restart inside A's possible window = %+v, want cooldown_active", b)
 	}
+	retryAppliedOnce(t, e, w.dev, hold)
+}
+
+// retryAppliedOnce retries A's write of 500 on the restarted engine e while
+// the device still holds A's frame, releases it, and wants the retry to find
+// it applied: one write and one FC6 frame at the device in all.
+func retryAppliedOnce(t *testing.T, e *engine.Engine, dev *modbusfault.Device, hold chan struct{}) {
+	t.Helper()
 	again := make(chan promcp.DoResponse, 1)
 	go func() {
 		resp, _ := e.Do(context.Background(), operator, "do_flow_setpoint", promcp.DoRequest{Value: 500, IdempotencyKey: "A"})
@@ -202,7 +199,7 @@ func TestAcknowledgeWindowSurvivesACrashBeforeItsSave(t *testing.T) {
 	if resp := <-again; resp.Status != promcp.StatusSuccess {
 		t.Fatalf("retry of A after a restart = %+v", resp)
 	}
-	if n, frames := w.dev.Writes(modbusfault.HoldingRegisters, 0), w.dev.Requests(6); n != 1 || frames != 1 {
+	if n, frames := dev.Writes(modbusfault.HoldingRegisters, 0), dev.Requests(6); n != 1 || frames != 1 {
 		t.Fatalf("%d writes applied, %d FC6 frames; want 1 and 1", n, frames)
 	}
 }
