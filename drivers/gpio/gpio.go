@@ -300,9 +300,8 @@ func (l *Line) Read(ctx context.Context) (bool, error) {
 	return v.Bits&1 != 0, nil
 }
 
-// Write drives an output to the logical level, once. A failure is not in
-// doubt (drivers.ErrInDoubt): the level is set by one local ioctl that the
-// kernel refuses before touching the line, not a message that can be lost.
+// Write drives an output to the logical level, once. A failure the kernel
+// gives before any chip driver runs is not in doubt; any other may be (setError).
 func (l *Line) Write(ctx context.Context, level bool) error {
 	if l.cfg.Direction != manifest.DirOutput {
 		return fmt.Errorf("%s: %w", l.describe(), drivers.ErrNotWritable)
@@ -316,9 +315,25 @@ func (l *Line) Write(ctx context.Context, level bool) error {
 		return fmt.Errorf("%s: released", l.describe())
 	}
 	if err := l.set(level); err != nil {
-		return fmt.Errorf("%s: writing %v: %w", l.describe(), level, err)
+		return fmt.Errorf("%s: writing %v: %w", l.describe(), level, setError(err))
 	}
 	return nil
+}
+
+// setError classifies a refused SET_VALUES. gpiolib-cdev refuses an input,
+// an empty mask, a bad buffer or fd, and a chip that is gone (ENODEV) before
+// any chip driver runs: nothing was set. Any other error is the chip
+// driver's own (kernels whose chip setters return errors pass it on): on an
+// expander behind I2C or SPI (pca953x, mcp23s08) the level goes out as a bus
+// transfer, which can fail after the expander latched it, so the write wraps
+// drivers.ErrInDoubt and the engine settles it by reading the line.
+func setError(err error) error {
+	for _, refused := range []syscall.Errno{syscall.EPERM, syscall.EINVAL, syscall.EFAULT, syscall.EBADF, syscall.ENOTTY, syscall.ENOMEM, syscall.ENODEV} {
+		if errors.Is(err, refused) {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: %w", drivers.ErrInDoubt, err)
 }
 
 func (l *Line) set(level bool) error {

@@ -22,6 +22,10 @@ type fakeKernel struct {
 	requests []lineRequest // every request granted, in order
 	byFd     map[int]*fakeLine
 	closed   bool // the chip's fd
+	// setErr fails SET_VALUES; after setApplied sets the level first, as a
+	// chip driver whose bus transfer failed after the expander latched it.
+	setErr     error
+	setApplied bool
 }
 
 type fakeLine struct {
@@ -98,8 +102,11 @@ func (k *fakeKernel) ioctl(fd int, req uint, arg unsafe.Pointer) error {
 		if l.flags&flagOutput == 0 {
 			return syscall.EPERM
 		}
+		if k.setErr != nil && !k.setApplied {
+			return k.setErr
+		}
 		k.drive(l, (v.Bits&1 != 0) != activeLow)
-		return nil
+		return k.setErr
 	}
 	return syscall.ENOTTY
 }
@@ -345,5 +352,37 @@ func TestBusyLineNamesHolder(t *testing.T) {
 	}
 	if _, err := c.Line("", 2, out); err == nil || !strings.Contains(err.Error(), `line 2 ("FAN") on gpiochip0 is busy: held by "physmcpd"`) {
 		t.Errorf("a line physmcpd already holds: %v", err)
+	}
+}
+
+// A SET_VALUES that fails in the chip driver (an expander's bus transfer)
+// may have set the line: in doubt, so the engine reads it back rather than
+// report "not applied" for a relay that switched. One that gpiolib refuses
+// before the driver runs set nothing. Either way the level is sent once.
+func TestFailedSetIsInDoubtUnlessRefusedBeforeTheDriver(t *testing.T) {
+	for _, c := range []struct {
+		err     error
+		applied bool
+		inDoubt bool
+	}{
+		{syscall.EREMOTEIO, true, true},
+		{syscall.EIO, false, true},
+		{syscall.ETIMEDOUT, true, true},
+		{syscall.ENODEV, false, false},
+		{syscall.EPERM, false, false},
+	} {
+		k := newFakeKernel("RELAY")
+		l, err := k.chip().Line("RELAY", 0, drivers.LineConfig{Direction: manifest.DirOutput})
+		if err != nil {
+			t.Fatal(err)
+		}
+		k.setErr, k.setApplied = c.err, c.applied
+		err = l.Write(context.Background(), true)
+		if !errors.Is(err, c.err) || errors.Is(err, drivers.ErrInDoubt) != c.inDoubt {
+			t.Errorf("set failing with %v: err = %v, want it in doubt %v", c.err, err, c.inDoubt)
+		}
+		if want := map[bool]string{true: "[false true]", false: "[false]"}[c.applied]; fmt.Sprint(k.lines[0].driven) != want {
+			t.Errorf("set failing with %v: levels driven %v, want %s (sent once)", c.err, k.lines[0].driven, want)
+		}
 	}
 }
