@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -286,5 +287,108 @@ func TestOperationTimesOut(t *testing.T) {
 	st := status(t, e, "read_status_valve_fill", *resp.OperationID, 5000)
 	if st.State != promcp.OpFailed || !strings.Contains(st.Reason, "timed out") || st.Observed != "read_tank_level" || st.LastWritten != int64(60) {
 		t.Fatalf("status: %+v", st)
+	}
+}
+
+// lossyCoil applies every write, and loses the reply to the next lose
+// writes of the coil at addr, as a reply lost on the wire does.
+type lossyCoil struct {
+	*busLog
+	addr uint16
+	lose atomic.Int32
+}
+
+func (l *lossyCoil) WriteCoils(ctx context.Context, unit uint8, addr uint16, v []bool) error {
+	if err := l.busLog.WriteCoils(ctx, unit, addr, v); err != nil || addr != l.addr || l.lose.Add(-1) < 0 {
+		return err
+	}
+	return fmt.Errorf("reply lost: %w: %w", drivers.ErrTimeout, drivers.ErrInDoubt)
+}
+
+func lossyCoilRig(t *testing.T, addr uint16) (*engine.Engine, *lossyCoil) {
+	t.Helper()
+	var wire *lossyCoil
+	e, _ := opsRigOn(t, "", engine.Options{}, func(b *busLog) drivers.Bus {
+		wire = &lossyCoil{busLog: b, addr: addr}
+		wire.lose.Store(1)
+		return wire
+	})
+	return e, wire
+}
+
+// A sequence step whose write's outcome is lost may have acted: it is
+// undone with the steps before it, so "compensated" holds (nothing remains
+// done), rather than leaving the pump on with the inlet reopened.
+func TestSequenceUndoesAStepInDoubt(t *testing.T) {
+	e, wire := lossyCoilRig(t, 11) // the transfer pump, step 2
+	resp, err := e.Sequence(context.Background(), operator, "do_changeover", promcp.SequenceRequest{IdempotencyKey: "seq-doubt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Outcome != promcp.SequenceCompensated || resp.FailedStep == nil || *resp.FailedStep != 2 || !strings.Contains(resp.Reason, "steps 1..2 were undone") {
+		t.Fatalf("sequence: %+v", resp)
+	}
+	// step 1, step 2 (its reply lost), then undo 2, undo 1
+	want := []string{"coil10=[false]", "coil11=[true]", "coil11=[false]", "coil10=[true]"}
+	if got := wire.log(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("bus writes %v, want %v", got, want)
+	}
+	if again, _ := e.Sequence(context.Background(), operator, "do_changeover", promcp.SequenceRequest{IdempotencyKey: "seq-doubt"}); fmt.Sprint(wire.log()) != fmt.Sprint(want) || again.Outcome != resp.Outcome {
+		t.Fatalf("the retried sequence acted again: %v, %+v", wire.log(), again)
+	}
+}
+
+// A run whose first write's outcome is lost may have started the pump, and
+// nothing would stop it: the end value is written at once and the run
+// fails, saying the first write's outcome is unknown (not "not applied").
+func TestRunEndsAtOnceAfterAFirstWriteInDoubt(t *testing.T) {
+	e, wire := lossyCoilRig(t, 1) // the pump
+	resp := start(t, e, "start_pump_run", promcp.StartRequest{Value: true, DurationMs: 5000, IdempotencyKey: "run-doubt"})
+	st := status(t, e, "read_status_pump_run", *resp.OperationID, 2000)
+	if st.State != promcp.OpFailed || !strings.Contains(st.Reason, "no known outcome") || !strings.Contains(st.Reason, "end value false was written at once") || st.Value != false {
+		t.Fatalf("status: %+v", st)
+	}
+	if want := []string{"coil1=[true]", "coil1=[false]"}; fmt.Sprint(wire.log()) != fmt.Sprint(want) {
+		t.Fatalf("bus writes %v, want %v", wire.log(), want)
+	}
+}
+
+// cancelAt cancels the call whose write reaches the coil at addr, as a
+// client that goes away mid-sequence.
+type cancelAt struct {
+	*busLog
+	addr   uint16
+	cancel context.CancelFunc
+}
+
+func (c *cancelAt) WriteCoils(ctx context.Context, unit uint8, addr uint16, v []bool) error {
+	err := c.busLog.WriteCoils(ctx, unit, addr, v)
+	if addr == c.addr {
+		c.cancel()
+	}
+	return err
+}
+
+// A sequence whose caller goes away after step 2 still undoes steps 2 and 1:
+// the undo writes do not end with the call, which would leave the pump on
+// and the inlet closed.
+func TestSequenceUndoesAfterItsCallerWentAway(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wire *cancelAt
+	e, _ := opsRigOn(t, "", engine.Options{}, func(b *busLog) drivers.Bus {
+		wire = &cancelAt{busLog: b, addr: 11, cancel: cancel}
+		return wire
+	})
+	resp, err := e.Sequence(ctx, operator, "do_changeover", promcp.SequenceRequest{IdempotencyKey: "seq-gone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Outcome != promcp.SequenceCompensated || len(resp.Compensations) != 2 {
+		t.Fatalf("sequence: %+v", resp)
+	}
+	coils, err := wire.ReadBits(context.Background(), 1, manifest.TableCoil, 10, 2)
+	if err != nil || fmt.Sprint(coils) != "[true false]" {
+		t.Fatalf("inlet and pump = %v, %v; want them back at [true false]", coils, err)
 	}
 }

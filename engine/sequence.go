@@ -125,8 +125,15 @@ func (e *Engine) Sequence(ctx context.Context, caller Caller, tool string, req p
 			resp.Steps = append(resp.Steps, promcp.StepOutcome{Step: len(resp.Steps) + 1, Tool: s.Tool, Arguments: stepArguments(s), Status: "skipped"})
 		}
 		resp.Outcome = promcp.SequenceCompensated
-		for j := failed - 1; j >= 0; j-- {
-			c, ok := e.undoStep(ctx, caller, o.Steps[j], resp.Steps[j], stepKey(key, "undo", j+1))
+		undone := failed // the steps undone: those before the failed one, and it too when it may have acted
+		if e.stepMayHaveActed(bad) {
+			undone++
+		}
+		// Undoing must not stop when the caller does (a client that went
+		// away, a cancelled call): that would leave the device between states.
+		undoCtx := context.WithoutCancel(ctx)
+		for j := undone - 1; j >= 0; j-- {
+			c, ok := e.undoStep(undoCtx, caller, o.Steps[j], resp.Steps[j], stepKey(key, "undo", j+1))
 			c.Step = j + 1
 			resp.Compensations = append(resp.Compensations, c)
 			if !ok {
@@ -134,10 +141,13 @@ func (e *Engine) Sequence(ctx context.Context, caller Caller, tool string, req p
 			}
 		}
 		resp.Reason = fmt.Sprintf("step %d (%s) failed: %s", n, bad.Tool, bad.Reason)
-		if resp.Outcome == promcp.SequenceCompensated {
-			resp.Reason += fmt.Sprintf("; steps 1..%d were undone in reverse order", failed)
-		} else {
+		switch {
+		case resp.Outcome != promcp.SequenceCompensated:
 			resp.Reason += "; an undo failed too, so the device is left between states: see compensations, and read before acting"
+		case undone > failed:
+			resp.Reason += fmt.Sprintf("; step %d may have acted all the same, so steps 1..%d were undone in reverse order", n, undone)
+		case failed > 0:
+			resp.Reason += fmt.Sprintf("; steps 1..%d were undone in reverse order", failed)
 		}
 	}
 	resp.Timestamp = promcp.Time(e.now())
@@ -181,6 +191,13 @@ func stepSideEffects(s *manifest.Step) []string {
 func doOutcome(tool string, args map[string]any, key string, r promcp.DoResponse) promcp.StepOutcome {
 	return promcp.StepOutcome{Tool: tool, Arguments: args, IdempotencyKey: key, Status: string(r.Status), Permission: r.Permission,
 		Reason: r.Reason, Applied: r.AppliedValue, Previous: r.PreviousValue}
+}
+
+// stepMayHaveActed says whether a failed step may have acted all the same:
+// its write's outcome is unknown (its key is still in doubt), or it started
+// an operation, which wrote, or still runs, however it ended.
+func (e *Engine) stepMayHaveActed(out promcp.StepOutcome) bool {
+	return out.OperationID != "" || e.keyInDoubt(out.IdempotencyKey)
 }
 
 // sequenceStep runs one step under key.

@@ -233,19 +233,28 @@ func (e *Engine) run(ctx context.Context, op *runningOp) {
 // stepWrite is write number n of the operation: an ordinary write of the
 // driven point (all the checks of its do_*, idempotent by a key derived from
 // the operation's id and n, audited), made even if the operation is halted
-// meanwhile, because a write that has started must finish.
-func (e *Engine) stepWrite(ctx context.Context, op *runningOp, value any, n int) (promcp.DoResponse, bool) {
+// meanwhile, because a write that has started must finish. A write that
+// failed says why (failure), and whether it may have been applied all the
+// same (inDoubt: its outcome is unknown).
+func (e *Engine) stepWrite(ctx context.Context, op *runningOp, value any, n int) (failure string, inDoubt bool) {
 	caller := Caller{Identity: op.rec.Caller, Role: op.rec.Role}
-	resp := e.do(context.WithoutCancel(ctx), caller, op.pt, promcp.DoRequest{Value: value, IdempotencyKey: fmt.Sprintf("%s/%d", op.rec.ID, n)}, op)
-	if resp.Status == promcp.StatusFailed {
-		return resp, false
+	key := fmt.Sprintf("%s/%d", op.rec.ID, n)
+	resp := e.do(context.WithoutCancel(ctx), caller, op.pt, promcp.DoRequest{Value: value, IdempotencyKey: key}, op)
+	if resp.Status != promcp.StatusFailed {
+		e.ops.update(op, func(r *OperationRecord) { r.Written, r.Writes = resp.AppliedValue, n })
+		return "", false
 	}
-	e.ops.update(op, func(r *OperationRecord) { r.Written, r.Writes = resp.AppliedValue, n })
-	return resp, true
+	if e.keyInDoubt(key) {
+		return fmt.Sprintf("write %d (%v) has no known outcome: %s: %s; the point holds %v or the last value written before it: read it", n, value, resp.Permission, resp.Reason, value), true
+	}
+	return fmt.Sprintf("write %d (%v) was not applied: %s: %s; the point keeps the last value written", n, value, resp.Permission, resp.Reason), false
 }
 
-func stepFailure(n int, value any, resp promcp.DoResponse) string {
-	return fmt.Sprintf("write %d (%v) was not applied: %s: %s; the point keeps the last value written", n, value, resp.Permission, resp.Reason)
+// keyInDoubt says whether key's write left with no known outcome, so the
+// device may hold its value.
+func (e *Engine) keyInDoubt(key string) bool {
+	rec, ok := e.idem.Load(key)
+	return ok && rec.InDoubt
 }
 
 // ramp writes from the start value to the target in steps of at most the
@@ -280,9 +289,8 @@ func (e *Engine) ramp(ctx context.Context, op *runningOp) (promcp.OpState, strin
 		if op.pt.c.DataType == manifest.TypeInt {
 			value = int64(next)
 		}
-		resp, ok := e.stepWrite(ctx, op, value, n)
-		if !ok {
-			return promcp.OpFailed, stepFailure(n, value, resp)
+		if failure, _ := e.stepWrite(ctx, op, value, n); failure != "" {
+			return promcp.OpFailed, failure
 		}
 		last = next
 		if span > 0 {
@@ -300,15 +308,19 @@ func (e *Engine) ramp(ctx context.Context, op *runningOp) (promcp.OpState, strin
 // runFor writes the value, holds it for the duration and writes the end
 // value (then, else the safe value) the way the safe state writes: stopping
 // must not wait for a cooldown or a rate window. A failed end write is tried
-// again every second until the deadline.
+// again every second until the deadline. A first write whose outcome is
+// unknown may have started what nothing would then stop: the end value is
+// written at once, and the run fails.
 func (e *Engine) runFor(ctx context.Context, op *runningOp) (promcp.OpState, string) {
-	resp, ok := e.stepWrite(ctx, op, op.rec.Target, 1)
-	if !ok {
-		return promcp.OpFailed, stepFailure(1, op.rec.Target, resp)
+	failure, inDoubt := e.stepWrite(ctx, op, op.rec.Target, 1)
+	if failure != "" && !inDoubt {
+		return promcp.OpFailed, failure
 	}
-	end := op.rec.Started.Add(time.Duration(op.rec.DurationMs) * time.Millisecond)
-	if sleep(ctx, end.Sub(e.now())) != nil {
-		return "", ""
+	if failure == "" {
+		end := op.rec.Started.Add(time.Duration(op.rec.DurationMs) * time.Millisecond)
+		if sleep(ctx, end.Sub(e.now())) != nil {
+			return "", ""
+		}
 	}
 	then := op.o.Run.Then
 	if then == nil {
@@ -319,6 +331,9 @@ func (e *Engine) runFor(ctx context.Context, op *runningOp) (promcp.OpState, str
 		r, err := e.driveSafe(context.WithoutCancel(ctx), op.pt, then, fmt.Sprintf("%s operation %s ended after %d ms", op.rec.Tool, op.rec.ID, op.rec.DurationMs), caller, OutcomeRunEnded)
 		if err == nil {
 			e.ops.update(op, func(rec *OperationRecord) { rec.Written, rec.Writes = r.AppliedValue, 2 })
+			if failure != "" {
+				return promcp.OpFailed, fmt.Sprintf("%s; the end value %v was written at once", failure, then)
+			}
 			return promcp.OpSucceeded, ""
 		}
 		if e.now().After(op.rec.Deadline) {
@@ -335,9 +350,8 @@ func (e *Engine) runFor(ctx context.Context, op *runningOp) (promcp.OpState, str
 func (e *Engine) move(ctx context.Context, op *runningOp) (promcp.OpState, string) {
 	mv := op.o.Move
 	src := e.catalog().points[mv.Source.ToolName()]
-	resp, ok := e.stepWrite(ctx, op, op.rec.Target, 1)
-	if !ok {
-		return promcp.OpFailed, stepFailure(1, op.rec.Target, resp)
+	if failure, _ := e.stepWrite(ctx, op, op.rec.Target, 1); failure != "" {
+		return promcp.OpFailed, failure
 	}
 	target, _ := drivers.AsFloat(op.rec.Target)
 	from, _ := drivers.AsFloat(op.rec.ObservedFrom)

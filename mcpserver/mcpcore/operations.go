@@ -88,7 +88,7 @@ func sequenceDescription(o *manifest.Operation) string {
 		}
 		b.WriteString(";")
 	}
-	b.WriteString(" If a step fails, the steps before it are undone in reverse order, and the answer reports every step and every undo." +
+	b.WriteString(" If a step fails, the steps before it (and the failed one, when it may have acted all the same) are undone in reverse order, and the answer reports every step and every undo." +
 		" Each step has all the checks of its own tool. Retries with the same idempotency_key act at most once per step and answer the first outcome.")
 	return b.String()
 }
