@@ -30,6 +30,13 @@ func (e *Engine) Permits(tool string, role manifest.Role) bool {
 	return ok && e.roleAccess(pt, role).permission == promcp.Allowed
 }
 
+// Roles is what a call of tool asks of the caller's role, as can_do's
+// constraints say it: the lowest role Permits lets through, and, when some
+// role above it is refused, every role that passes.
+func (e *Engine) Roles(tool string) (min string, roles []string) {
+	return roleConstraint(func(r manifest.Role) bool { return e.Permits(tool, r) })
+}
+
 // roleAccess checks the caller's role against the tool's minimum role and the
 // policy's permission rules (any-of).
 func (e *Engine) roleAccess(pt *point, role manifest.Role) decision {
@@ -38,6 +45,9 @@ func (e *Engine) roleAccess(pt *point, role manifest.Role) decision {
 	}
 	if min := e.minRole(pt.c); !role.AtLeast(min) {
 		return deny(promcp.PermissionInsufficient, "%s requires role %s or higher; the caller has %s", pt.tool, min, roleName(role))
+	}
+	if only := pt.c.SourceRoles; only != nil && !slices.Contains(only, role) && !(role == manifest.RoleViewer && slices.Contains(only, manifest.RoleNone)) {
+		return deny(promcp.PermissionInsufficient, "the device of %s admits only roles %s; the caller has %s", pt.tool, roleList(only), roleName(role))
 	}
 	for _, r := range pt.rules {
 		if r.Permission != nil && !slices.Contains(r.Permission.Require, role) {

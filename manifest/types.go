@@ -224,12 +224,16 @@ type Capability struct {
 	SideEffects        []string `yaml:"side_effects"`
 	RateLimit          *Rate    `yaml:"rate_limit"`
 	RequiresPermission Role     `yaml:"requires_permission"`
-	RequiresQuorum     bool     `yaml:"requires_quorum"`
-	QuorumSize         int      `yaml:"quorum_size"`
-	CooldownMs         int      `yaml:"cooldown_ms"`
-	TimeoutMs          *int     `yaml:"timeout_ms"`
-	Cacheable          *bool    `yaml:"cacheable"`
-	CacheTTLMs         *int     `yaml:"cache_ttl_ms"`
+	// SourceRoles, on an adopted capability, are the only roles its source
+	// admits (its tools/list _meta physmcp/roles): nil when every role from
+	// RequiresPermission up does.
+	SourceRoles    []Role `yaml:"-"`
+	RequiresQuorum bool   `yaml:"requires_quorum"`
+	QuorumSize     int    `yaml:"quorum_size"`
+	CooldownMs     int    `yaml:"cooldown_ms"`
+	TimeoutMs      *int   `yaml:"timeout_ms"`
+	Cacheable      *bool  `yaml:"cacheable"`
+	CacheTTLMs     *int   `yaml:"cache_ttl_ms"`
 	// Deadband and MinUpdateIntervalMs pace the change notifications of a
 	// read capability's reading (resource subscriptions).
 	Deadband            *float64 `yaml:"deadband"`

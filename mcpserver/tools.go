@@ -26,7 +26,12 @@ func Tools(e *engine.Engine) ([]mcp.Tool, error) {
 // to marshal the whole tools/list.
 func mcpTool(d mcpcore.Tool) mcp.Tool {
 	a := d.Annotations
+	var meta *mcp.Meta
+	if d.Meta != nil {
+		meta = &mcp.Meta{AdditionalFields: d.Meta}
+	}
 	return mcp.Tool{
+		Meta:            meta,
 		Name:            d.Name,
 		Title:           d.Title,
 		Description:     d.Description,

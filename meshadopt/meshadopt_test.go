@@ -105,6 +105,13 @@ func deviceAs(t *testing.T, name, id string, keys [][]byte, credentials chan<- s
 	if id != "" {
 		m.Device.ID = id
 	}
+	return serveDevice(t, m, p, keys, credentials)
+}
+
+// serveDevice serves m under p over HTTP as device does, and returns its
+// URL and engine.
+func serveDevice(t *testing.T, m *manifest.Manifest, p *policy.Policy, keys [][]byte, credentials chan<- string) (string, *engine.Engine) {
+	t.Helper()
 	e := simEngine(t, m, p)
 	s, err := mcpserver.New(e, mcpserver.Options{Logger: quiet, Caller: mcpserver.CallerFrom(engine.Caller{Identity: "local", Role: manifest.RoleNone})})
 	if err != nil {

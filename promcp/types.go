@@ -156,6 +156,16 @@ type CurrentState struct {
 	Timestamp string  `json:"timestamp"`
 }
 
+// MetaMinRole and MetaRoles are the keys of a tool's _meta in tools/list
+// that say what its call asks of the caller's role, as can_do's constraints
+// min_role and roles do: an aggregator or proxy that adopts the tool asks
+// at least as much of its own callers, since the device sees the role it
+// gives the aggregator, not theirs.
+const (
+	MetaMinRole = "physmcp/min_role"
+	MetaRoles   = "physmcp/roles"
+)
+
 // Constraints bound what a candidate accepts.
 type Constraints struct {
 	Min        *float64 `json:"min"`

@@ -292,3 +292,38 @@ func keys(m map[string]*manifest.Capability) []string {
 	}
 	return k
 }
+
+// Adopted asks at least the roles the source's _meta says its tools ask: a
+// higher min_role is taken, a lower one leaves operator for a do_, the
+// roles a source admits are kept, and a role not known here, or roles that
+// are no list, leave the tool unserved, with the reason.
+func TestAdoptedAsksTheSourcesRoles(t *testing.T) {
+	raw := `[
+	 {"name":"read_speed","description":"Speed.","inputSchema":{"type":"object"},"_meta":{"physmcp/min_role":"operator"}},
+	 {"name":"do_speed","description":"Set the speed.","inputSchema":{"type":"object"},"_meta":{"physmcp/min_role":"supervisor"}},
+	 {"name":"read_valve","description":"Valve.","inputSchema":{"type":"object"}},
+	 {"name":"do_valve","description":"Open the valve.","inputSchema":{"type":"object"},"_meta":{"physmcp/min_role":"none","physmcp/roles":["none","operator","admin"]}},
+	 {"name":"read_mode","description":"Mode.","inputSchema":{"type":"object"},"_meta":{"physmcp/min_role":"root"}},
+	 {"name":"read_level","description":"Level.","inputSchema":{"type":"object"},"_meta":{"physmcp/min_role":"operator","physmcp/roles":"admin"}}]`
+	var tools []mcp.Tool
+	if err := json.Unmarshal([]byte(raw), &tools); err != nil {
+		t.Fatal(err)
+	}
+	caps, unserved := Adopted("skid", "skid", &manifest.Adopt{Tools: manifest.AdoptAll}, tools, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	byTool := map[string]*manifest.Capability{}
+	for _, c := range caps {
+		byTool[c.ToolName()] = c
+	}
+	for tool, want := range map[string]manifest.Role{"read_speed": manifest.RoleOperator, "do_speed": manifest.RoleSupervisor, "read_valve": "", "do_valve": manifest.RoleOperator} {
+		if c := byTool[tool]; c == nil || c.RequiresPermission != want {
+			t.Errorf("%s: %+v; want requires_permission %q", tool, c, want)
+		}
+	}
+	if c := byTool["do_valve"]; c == nil || !slices.Equal(c.SourceRoles, []manifest.Role{manifest.RoleNone, manifest.RoleOperator, manifest.RoleAdmin}) || byTool["do_speed"].SourceRoles != nil {
+		t.Errorf("source roles: do_valve %+v, do_speed %+v", c, byTool["do_speed"])
+	}
+	if len(unserved) != 2 || !strings.HasPrefix(unserved[0].Reason, "unknown_role: read_mode of skid cannot be served: the source asks role root") ||
+		!strings.HasPrefix(unserved[1].Reason, "unknown_role: read_level of skid cannot be served: its _meta physmcp/roles is admin, not a list") {
+		t.Errorf("not served: %+v", unserved)
+	}
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/physmcp/physmcpd/drivers"
 	"github.com/physmcp/physmcpd/manifest"
+	"github.com/physmcp/physmcpd/promcp"
 )
 
 // expandRetry is the wait between attempts to list a source's tools at start-up.
@@ -188,6 +189,11 @@ func Adopted(bus, device string, a *manifest.Adopt, tools []mcp.Tool, logger *sl
 			schema = t.InputSchema.Properties
 		}
 		typeFrom(c, schema)
+		if err := sourceRoles(c, t.Meta); err != nil {
+			unnamed = append(unnamed, &manifest.NotServed{Capability: c, Device: device,
+				Reason: fmt.Sprintf("unknown_role: %s of %s cannot be served: %v", t.Name, device, err)})
+			continue
+		}
 		if problem := manifest.ToolNameProblem(c.ToolName()); problem != "" {
 			unnamed = append(unnamed, &manifest.NotServed{Capability: c, Device: device,
 				Reason: fmt.Sprintf("invalid_name: %s of %s cannot be served: %s", t.Name, device, problem)})
@@ -196,6 +202,42 @@ func Adopted(bus, device string, a *manifest.Adopt, tools []mcp.Tool, logger *sl
 		caps = append(caps, c)
 	}
 	return caps, unnamed
+}
+
+// sourceRoles makes c ask of this node's callers at least the roles the
+// source asks of its own for the tool (meta, its _meta in tools/list): the
+// source sees the role it gives this node (a token's, the mesh's), never
+// the caller's, so without this an operator here would reach a tool the
+// source keeps for supervisors. A role not known here is an error: the
+// tool is not served rather than guessed open.
+func sourceRoles(c *manifest.Capability, meta *mcp.Meta) error {
+	if meta == nil {
+		return nil
+	}
+	if raw, ok := meta.AdditionalFields[promcp.MetaMinRole]; ok {
+		min, _ := raw.(string)
+		if !manifest.ValidRole(manifest.Role(min)) {
+			return fmt.Errorf("the source asks role %v (_meta %s), which is not a role here (%s)", raw, promcp.MetaMinRole, manifest.RoleNames())
+		}
+		if manifest.Role(min).Rank() > c.RequiresPermission.Rank() {
+			c.RequiresPermission = manifest.Role(min)
+		}
+	}
+	if raw, ok := meta.AdditionalFields[promcp.MetaRoles]; ok {
+		list, ok := raw.([]any)
+		if !ok {
+			return fmt.Errorf("its _meta %s is %v, not a list of roles", promcp.MetaRoles, raw)
+		}
+		c.SourceRoles = []manifest.Role{}
+		for _, r := range list {
+			s, _ := r.(string)
+			if !manifest.ValidRole(manifest.Role(s)) {
+				return fmt.Errorf("the source admits role %v (_meta %s), which is not a role here (%s)", r, promcp.MetaRoles, manifest.RoleNames())
+			}
+			c.SourceRoles = append(c.SourceRoles, manifest.Role(s))
+		}
+	}
+	return nil
 }
 
 // typeFrom sets the data type, unit, enum values and range from a tool's

@@ -11,6 +11,7 @@ import (
 	"fmt"
 
 	"github.com/physmcp/physmcpd/engine"
+	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/promcp"
 )
 
@@ -22,6 +23,9 @@ type Tool struct {
 	InputSchema  json.RawMessage `json:"inputSchema"`
 	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
 	Annotations  Annotations     `json:"annotations"`
+	// Meta says what the call asks of the caller's role (promcp.MetaMinRole,
+	// promcp.MetaRoles), when it asks more than role none.
+	Meta map[string]any `json:"_meta,omitempty"`
 }
 
 // Annotations are a tool's hints, always explicit: mcp-go's defaults claim
@@ -81,9 +85,27 @@ func Tools(e *engine.Engine) ([]Tool, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tool %s: output schema: %w", t.Name, err)
 		}
-		tools = append(tools, Tool{Name: t.Name, Title: title, Description: desc, InputSchema: rawIn, OutputSchema: rawOut, Annotations: ann})
+		tools = append(tools, Tool{Name: t.Name, Title: title, Description: desc, InputSchema: rawIn, OutputSchema: rawOut, Annotations: ann, Meta: roleMeta(e, t)})
 	}
 	return tools, nil
+}
+
+// roleMeta is tool t's _meta: the roles its call admits, when role none
+// is not among them, so that an aggregator adopting it asks as much of its
+// own callers (nil for can_do, open to every role).
+func roleMeta(e *engine.Engine, t engine.Tool) map[string]any {
+	if t.Kind == engine.ToolCanDo {
+		return nil
+	}
+	min, roles := e.Roles(t.Name)
+	if min == string(manifest.RoleNone) && roles == nil {
+		return nil
+	}
+	meta := map[string]any{promcp.MetaMinRole: min}
+	if roles != nil {
+		meta[promcp.MetaRoles] = roles
+	}
+	return meta
 }
 
 // annotations: readOnly tools observe; do_* tools are idempotent through
