@@ -138,7 +138,7 @@ func (e *Engine) do(ctx context.Context, caller Caller, pt *point, req promcp.Do
 	defer unlock()
 	if doubt != nil && doubt.Seq > 0 {
 		// A write may have come between settling and taking the turn.
-		if later, laterTool, ok := pt.site.after(doubt.Seq); ok {
+		if later, laterTool, ok := pt.site.after(doubt.Seq, e.overlapping(pt)); ok {
 			outcome = OutcomeSuperseded
 			return e.superseded(pt, key, *doubt, later, laterTool)
 		}
@@ -500,7 +500,7 @@ func (e *Engine) settleLocked(ctx context.Context, pt *point, key string, rec Re
 //
 // The caller holds the site's write turn.
 func (e *Engine) settle(ctx context.Context, pt *point, key string, rec Record, proved bool) (promcp.DoResponse, string) {
-	if later, laterTool, ok := pt.site.after(rec.Seq); ok && rec.Seq > 0 {
+	if later, laterTool, ok := pt.site.after(rec.Seq, e.overlapping(pt)); ok && rec.Seq > 0 {
 		return e.superseded(pt, key, rec, later, laterTool), OutcomeSuperseded
 	}
 	want := rec.Response.AppliedValue

@@ -224,3 +224,105 @@ func TestOverlappingI2CWritesShareTheirSite(t *testing.T) {
 		t.Fatalf("read_dac_word = %v, want 0x1242 (the byte's write kept)", got.Value)
 	}
 }
+
+// fieldsManifest has three do_ on one I2C register: two disjoint fields
+// (mask 0x0f, mask 0xf0) and the whole byte, which overlaps both.
+const fieldsManifest = `physmcp_version: "0.1"
+device: {id: fields_rig, type: test_rig}
+buses:
+  i2c: {type: i2c, device: "1", simulated: true}
+  mb: {type: modbus-tcp, address: 127.0.0.1:1502, simulated: true}
+capabilities:
+  - name: lamp
+    kind: do
+    description: Switch the lamp, bit 0 of the control word.
+    binding: {bus: mb, unit: 1, table: holding, address: 5, data_type: bit, bit: 0}
+    data_type: bool
+    semantic_tags: [lamp]
+    side_effects: ["the lamp switches"]
+  - name: horn
+    kind: do
+    description: Switch the horn, bit 1 of the control word.
+    binding: {bus: mb, unit: 1, table: holding, address: 5, data_type: bit, bit: 1}
+    data_type: bool
+    semantic_tags: [horn]
+    side_effects: ["the horn sounds"]
+  - name: low_nibble
+    kind: do
+    description: Set the low field of the expander's control register.
+    binding: {bus: i2c, address: 0x20, register: 0x01, mask: 0x0f}
+    data_type: int
+    range: {min: 0, max: 15}
+    side_effects: ["the low outputs change"]
+    semantic_tags: [outputs]
+  - name: high_nibble
+    kind: do
+    description: Set the high field of the expander's control register.
+    binding: {bus: i2c, address: 0x20, register: 0x01, shift: 4, mask: 0xf0}
+    data_type: int
+    range: {min: 0, max: 15}
+    side_effects: ["the high outputs change"]
+    semantic_tags: [outputs]
+  - name: whole_byte
+    kind: do
+    description: Set the whole control register.
+    binding: {bus: i2c, address: 0x20, register: 0x01}
+    data_type: int
+    range: {min: 0, max: 255}
+    side_effects: ["every output changes"]
+    semantic_tags: [outputs]
+`
+
+// A retry of an in-doubt write to one field of a register, after a write to
+// another field of it, is settled by the device's value: the other field's
+// read-modify-write kept this one's bits, so they still tell whether it was
+// applied (here it was: confirmed, nothing written again). After a write of
+// the whole register, which overwrote them, it is superseded.
+func TestDisjointFieldsOfARegisterDoNotSupersedeEachOther(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fields.manifest.yml")
+	if err := os.WriteFile(path, []byte(fieldsManifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := newRigFiles(t, path, "")
+	wire := &lossyI2C{I2CBus: r.buses["i2c"].(drivers.I2CBus)}
+	plc := &lossyWire{ModbusBus: r.buses["mb"].(drivers.ModbusBus)}
+	e, err := engine.New(r.e.Manifest(), r.e.Policy(), map[string]drivers.Bus{"i2c": wire, "mb": plc}, engine.Options{Now: r.clock.Now, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.e = e
+	wire.lose.Store(1)
+	if resp := r.do(t, operator, "do_low_nibble", 5, "low"); resp.Permission != promcp.SourceUnreachable {
+		t.Fatalf("do_low_nibble with its outcome lost: %+v", resp)
+	}
+	if resp := r.do(t, operator, "do_high_nibble", 3, "high"); resp.Status != promcp.StatusSuccess {
+		t.Fatalf("do_high_nibble: %+v", resp)
+	}
+	retry := r.do(t, operator, "do_low_nibble", 5, "low")
+	if retry.Status != promcp.StatusSuccess || retry.AppliedValue != int64(5) || wire.applied.Load() != 2 {
+		t.Fatalf("retry of the lost low field after the high field's write = %+v, %d writes applied; want confirmed and 2", retry, wire.applied.Load())
+	}
+
+	wire.lose.Store(1)
+	if resp := r.do(t, operator, "do_low_nibble", 9, "low-2"); resp.Permission != promcp.SourceUnreachable {
+		t.Fatalf("second do_low_nibble with its outcome lost: %+v", resp)
+	}
+	if resp := r.do(t, operator, "do_whole_byte", 0x35, "byte"); resp.Status != promcp.StatusSuccess {
+		t.Fatalf("do_whole_byte: %+v", resp)
+	}
+	if retry := r.do(t, operator, "do_low_nibble", 9, "low-2"); retry.Permission != promcp.Superseded || wire.applied.Load() != 4 {
+		t.Fatalf("retry of the lost low field after the whole byte's write = %+v, %d writes applied; want superseded and 4", retry, wire.applied.Load())
+	}
+
+	// bits of one Modbus holding register, written read-modify-write
+	plc.lose.Store(1)
+	if resp := r.do(t, operator, "do_lamp", true, "lamp"); resp.Permission != promcp.SourceUnreachable {
+		t.Fatalf("do_lamp with its reply lost: %+v", resp)
+	}
+	if resp := r.do(t, operator, "do_horn", true, "horn"); resp.Status != promcp.StatusSuccess {
+		t.Fatalf("do_horn: %+v", resp)
+	}
+	if retry := r.do(t, operator, "do_lamp", true, "lamp"); retry.Status != promcp.StatusSuccess || plc.applied.Load() != 2 {
+		t.Fatalf("retry of the lost lamp bit after the horn bit's write = %+v, %d writes applied; want confirmed and 2", retry, plc.applied.Load())
+	}
+}

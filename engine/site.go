@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/physmcp/physmcpd/drivers"
+	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/promcp"
 )
 
@@ -28,9 +29,8 @@ type site struct {
 	// wedgedAt is when the turn's holder is past every transaction it may
 	// run under the turn, and so is wedged (zero: the turn is free).
 	wedgedAt time.Time
-	seq      uint64 // number of the latest write charged
-	last     Write  // the latest write charged
-	lastTool string
+	seq      uint64           // number of the latest write charged
+	latest   map[string]Write // each tool's latest write charged
 	late     lateWrite
 }
 
@@ -124,20 +124,76 @@ func (s *site) nextSeq() uint64 {
 	return s.seq + 1
 }
 
-// note records w (made through tool) when it is the latest write so far.
+// note records w, made through tool.
 func (s *site) note(tool string, w Write) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if w.Seq > s.seq {
-		s.seq, s.last, s.lastTool = w.Seq, w, tool
+	s.seq = max(s.seq, w.Seq)
+	if s.latest == nil {
+		s.latest = map[string]Write{}
+	}
+	if w.Seq > s.latest[tool].Seq {
+		s.latest[tool] = w
 	}
 }
 
-// after returns the latest write when it came after the write numbered seq.
-func (s *site) after(seq uint64) (w Write, tool string, later bool) {
+// after returns the latest write that came after the write numbered seq
+// through a tool whose bits may overlap the writer's (overlaps).
+func (s *site) after(seq uint64, overlaps func(tool string) bool) (w Write, tool string, later bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.last, s.lastTool, s.seq > seq
+	for t, l := range s.latest {
+		if l.Seq > seq && l.Seq > w.Seq && overlaps(t) {
+			w, tool, later = l, t, true
+		}
+	}
+	return w, tool, later
+}
+
+// overlapping says, for a tool writing at pt's site, whether its writes may
+// change pt's bits (a tool no longer served may have).
+func (e *Engine) overlapping(pt *point) func(tool string) bool {
+	points := e.catalog().points
+	return func(tool string) bool {
+		o, ok := points[tool]
+		return !ok || fieldsOverlap(pt.c, o.c)
+	}
+}
+
+// fieldsOverlap says whether writes of a and b, two capabilities writing
+// at one site, may change the same bits: unless both are fields of one
+// register, read the same way, whose bits are disjoint (an I2C mask or
+// shift, a Modbus bit). A field's write merges into the register as read
+// under its lock (drivers.lockRegister), so it keeps the other field's
+// bits, and with them the evidence a retry of that field's in-doubt write
+// settles by.
+func fieldsOverlap(a, b *manifest.Capability) bool {
+	fa, oka := fieldOf(a)
+	fb, okb := fieldOf(b)
+	return !oka || !okb || fa.register != fb.register || fa.bits&fb.bits != 0
+}
+
+// field is the bits of a register that a capability writes.
+type field struct {
+	register string // the register and how it is read
+	bits     uint64
+}
+
+// fieldOf is c's field, when c writes part of a register (ok false: all of
+// what it addresses).
+func fieldOf(c *manifest.Capability) (f field, ok bool) {
+	switch b := c.Binding; {
+	case b.I2C != nil:
+		i := b.I2C
+		bits := i.Mask
+		if bits == 0 { // from shift up: the codec's placement without a mask
+			bits = (uint64(1)<<(8*i.Width) - 1) &^ (uint64(1)<<i.Shift - 1)
+		}
+		return field{fmt.Sprintf("%s/%d/%s", locationKey(c), i.Width, i.ByteOrder), bits}, true
+	case b.Modbus != nil && b.Modbus.DataType == manifest.MBBit:
+		return field{locationKey(c) + "/bit", uint64(1) << b.Modbus.Bit}, true
+	}
+	return field{}, false
 }
 
 // charged says whether the write numbered seq has been charged already.
