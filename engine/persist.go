@@ -331,7 +331,10 @@ func (e *Engine) SettleInDoubt(ctx context.Context) error {
 			e.log.Warn("in-doubt write for a tool the manifest no longer has; left as is", "tool", rec.Tool, "key", key)
 			continue
 		}
-		release, err := e.claim(ctx, key, rec.Fingerprint, 0)
+		// A call holding the key settles it itself: waited for only as a
+		// retry of the key waits, since one wedged in its driver holds it
+		// for as long as it is wedged.
+		release, err := e.claim(ctx, key, rec.Fingerprint, pt.c.Timeout())
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s key %s: left in doubt: %w", pt.tool, key, err))
 			continue
@@ -346,9 +349,14 @@ func (e *Engine) SettleInDoubt(ctx context.Context) error {
 }
 
 // chargeAtStart charges an in-doubt write that left before a crash and was
-// never charged, from when it left.
-func (e *Engine) chargeAtStart(pt *point, key string, rec Record) error {
-	defer e.lockWrites(pt)()
+// never charged, from when it left. Without the write turn (ctx ended, or its
+// holder is wedged) it charges nothing and the key is left in doubt.
+func (e *Engine) chargeAtStart(ctx context.Context, pt *point, key string, rec Record) error {
+	unlock, err := e.takeWrites(ctx, pt)
+	if err != nil {
+		return fmt.Errorf("%s key %s: left in doubt: %w", pt.tool, key, err)
+	}
+	defer unlock()
 	if rec.Seq > 0 && !pt.site.charged(rec.Seq) {
 		if err := e.charge(pt, Write{At: rec.SentAt, Value: rec.Response.AppliedValue, Seq: rec.Seq, Key: key}); err != nil {
 			return fmt.Errorf("%s key %s: %w", pt.tool, key, err)
@@ -358,14 +366,18 @@ func (e *Engine) chargeAtStart(pt *point, key string, rec Record) error {
 }
 
 func (e *Engine) settleAtStart(ctx context.Context, pt *point, key string, rec Record) error {
-	if err := e.chargeAtStart(pt, key, rec); err != nil {
+	if err := e.chargeAtStart(ctx, pt, key, rec); err != nil {
 		return err
 	}
 	if _, err := e.waitLate(ctx, rec.LateUntil, nil); err != nil {
 		return fmt.Errorf("%s key %s: the write may still reach the device until %s, so it is left in doubt: %w", pt.tool, key, promcp.Time(rec.LateUntil), err)
 	}
 	pt.site.endLate(key)
-	defer e.lockWrites(pt)()
+	unlock, err := e.takeWrites(ctx, pt)
+	if err != nil {
+		return fmt.Errorf("%s key %s: left in doubt: checking the device needs the write turn: %w", pt.tool, key, err)
+	}
+	defer unlock()
 	at, began := e.now(), time.Now()
 	resp, outcome := e.settle(ctx, pt, key, rec, false)
 	switch outcome {

@@ -85,7 +85,14 @@ func (e *Engine) driveSafe(ctx context.Context, pt *point, v any, why string, ca
 			pt.site.endWaited(l)
 		}
 	}
-	defer e.lockWrites(pt)()
+	unlock, err := e.takeWrites(ctx, pt)
+	if err != nil {
+		resp.Reason = fmt.Sprintf("%s: not written: the register's write turn is held by another write: %v", why, err)
+		resp.Permission, resp.SideEffects = promcp.SourceUnreachable, []string{}
+		e.log.Error("safe state not applied", "tool", pt.tool, "value", value, "why", why, "err", err)
+		return resp, fmt.Errorf("safe value %v not written: the register's write turn is held by another write: %w", value, err)
+	}
+	defer unlock()
 	prev, perr := e.readFresh(ctx, pt)
 	if perr == nil {
 		resp.PreviousValue = prev.value

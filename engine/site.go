@@ -203,28 +203,16 @@ func (s *site) charged(seq uint64) bool {
 	return seq <= s.seq
 }
 
-// lockWrites takes the write turn of pt's site and of every site its
+// takeWrites takes the write turn of pt's site and of every site its
 // interlocks read, in one order (by key) so two writers never deadlock. Under
 // it, an interlock's fresh read and the guarded write cannot interleave with
-// a write to the interlock's source made through this daemon. It waits for a
-// holder for as long as it takes: startup's settling and the safe state.
-func (e *Engine) lockWrites(pt *point) (unlock func()) {
-	unlock, _ = e.writeTurn(context.Background(), pt, false)
-	return unlock
-}
-
-// takeWrites is lockWrites for a do_*: it gives up when ctx ends or when a
-// turn's holder is wedged, past every transaction it may run under the turn
-// and WedgeMargin. Over MCP a do_* runs without a deadline, and a write stuck
-// in its driver (a hung adapter, an ioctl that never returns) would otherwise
-// hold every later write to its register, and their clients, for good.
+// a write to the interlock's source made through this daemon. It gives up
+// when ctx ends or when a turn's holder is wedged, past every transaction it
+// may run under the turn and WedgeMargin: a write stuck in its driver (a hung
+// adapter, an ioctl that never returns) would otherwise hold every later
+// write to its register for good, a do_*'s client (over MCP it has no
+// deadline), the safe state and the shutdown with it.
 func (e *Engine) takeWrites(ctx context.Context, pt *point) (unlock func(), err error) {
-	return e.writeTurn(ctx, pt, true)
-}
-
-// writeTurn takes the turns for lockWrites (impatient false: it never gives
-// up) and takeWrites.
-func (e *Engine) writeTurn(ctx context.Context, pt *point, impatient bool) (unlock func(), err error) {
 	sites := []*site{pt.site}
 	turnTime := 3 * pt.c.Timeout() // the value before, the write, its read-back
 	for _, il := range pt.c.Interlocks {
@@ -245,7 +233,7 @@ func (e *Engine) writeTurn(ctx context.Context, pt *point, impatient bool) (unlo
 		}
 	}
 	for i, s := range sites {
-		if err := s.take(ctx, impatient); err != nil {
+		if err := s.take(ctx); err != nil {
 			sites = sites[:i]
 			unlock()
 			return func() {}, err
@@ -261,13 +249,9 @@ func (e *Engine) writeTurn(ctx context.Context, pt *point, impatient bool) (unlo
 // not yet set its bound.
 const turnRecheck = 50 * time.Millisecond
 
-// take waits for s's turn; an impatient caller only until ctx ends or the
-// turn's holder is wedged.
-func (s *site) take(ctx context.Context, impatient bool) error {
-	if !impatient {
-		s.turn <- struct{}{}
-		return nil
-	}
+// take waits for s's turn until ctx ends or the turn's holder is wedged. A
+// free turn is taken even once ctx has ended.
+func (s *site) take(ctx context.Context) error {
 	select {
 	case s.turn <- struct{}{}:
 		return nil
