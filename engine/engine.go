@@ -63,6 +63,12 @@ type Engine struct {
 	deadMu      sync.Mutex
 	lastDo      time.Time // the latest do_* call, for the dead man
 	deadTripped bool      // the safe state was applied since lastDo
+	// deadUnsafe are the tools the dead man's safe state has not made safe
+	// yet in this silence, tried again at deadRetry, deadBackoff after the
+	// last attempt.
+	deadUnsafe  []string
+	deadRetry   time.Time
+	deadBackoff time.Duration
 
 	// cat is what the engine serves: tools, points, buses (catalog.go).
 	cat atomic.Pointer[catalog]

@@ -318,6 +318,12 @@ func (e *Engine) auditRefusedOp(caller Caller, tool string, args map[string]any,
 // otherwise overwrite the evidence. Stores that cannot list keys (the
 // in-memory one) have nothing to settle after a restart.
 func (e *Engine) SettleInDoubt(ctx context.Context) error {
+	return e.settleInDoubt(ctx, func(*point) bool { return true })
+}
+
+// settleInDoubt is SettleInDoubt for the keys of the do points on selects:
+// the safe state of some points overwrites the evidence of no others.
+func (e *Engine) settleInDoubt(ctx context.Context, on func(*point) bool) error {
 	recs, err := e.inDoubt()
 	if err != nil {
 		return err
@@ -329,6 +335,9 @@ func (e *Engine) SettleInDoubt(ctx context.Context) error {
 		pt, ok := e.catalog().points[rec.Tool]
 		if !ok || pt.c.Kind != manifest.KindDo {
 			e.log.Warn("in-doubt write for a tool the manifest no longer has; left as is", "tool", rec.Tool, "key", key)
+			continue
+		}
+		if !on(pt) {
 			continue
 		}
 		// A call holding the key settles it itself: waited for only as a

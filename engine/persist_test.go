@@ -2,6 +2,8 @@ package engine_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -286,5 +288,93 @@ func TestDeadManFiresOncePerSilence(t *testing.T) {
 	r.clock.Advance(30 * time.Second)
 	if fired, _ := e.CheckDeadMan(ctx); !fired || gpio.Value("night_pump") != false {
 		t.Fatal("did not fire after the next silence")
+	}
+}
+
+// The points the dead man's safe state could not make safe (here the pump:
+// its GPIO chip is unreachable) are tried again while the silence lasts, 1 s
+// after the first attempt and then twice as long each time up to a minute,
+// and only they, until they are made safe; a do_* call ends the retries.
+// Each attempt is audited; the failure is logged at error once, not at each
+// retry. Before, the dead man fired once per silence whatever became of its
+// writes: a pump left on by a device unreachable for a moment stayed on
+// until an agent came back.
+func TestDeadManRetriesWhatItCouldNotMakeSafe(t *testing.T) {
+	r := newRig(t)
+	var sink auditSink
+	var logs strings.Builder
+	e, err := engine.New(r.e.Manifest(), r.e.Policy(), r.buses, engine.Options{Now: r.clock.Now, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Audit: sink.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Manifest().SafeState = &manifest.SafeState{DeadManTimeoutMs: 60000}
+	t.Cleanup(func() { e.Manifest().SafeState = nil })
+	for _, c := range e.Manifest().Capabilities {
+		if c.ToolName() == "do_boiler_setpoint" {
+			c.SafeValue = 40.0 // on another bus, which answers
+			t.Cleanup(func() { c.SafeValue = nil })
+		}
+	}
+	gpio := r.bus(t, "gpio")
+	ctx := context.Background()
+	safeWrites := func(tool string) (n int) {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		for _, a := range sink.entries {
+			if a.Tool == tool && a.Outcome == engine.OutcomeSafeState {
+				n++
+			}
+		}
+		return n
+	}
+	attempts := func() int { return safeWrites("do_night_pump") }
+	// at advances the clock by d and checks the dead man, which acts (or not)
+	// and then has made as many attempts on the pump as want
+	at := func(d time.Duration, acts bool, want int) {
+		t.Helper()
+		r.clock.Advance(d)
+		if fired, _ := e.CheckDeadMan(ctx); fired != acts || attempts() != want {
+			t.Fatalf("after %v more: acted %v, %d attempts on the pump; want %v, %d", d, fired, attempts(), acts, want)
+		}
+	}
+
+	gpio.SetValue("night_pump", true)
+	gpio.SetOffline(true)
+	r.clock.Advance(time.Minute)
+	if fired, err := e.CheckDeadMan(ctx); !fired || err == nil || !strings.Contains(err.Error(), "do_night_pump") {
+		t.Fatalf("dead man with the pump unreachable: fired %v, %v", fired, err)
+	}
+	at(999*time.Millisecond, false, 1)
+	at(time.Millisecond, true, 2) // 1 s after
+	at(1999*time.Millisecond, false, 2)
+	at(time.Millisecond, true, 3) // 2 s after
+	for _, wait := range []time.Duration{4, 8, 16, 32, 60, 60} {
+		at(wait*time.Second-time.Millisecond, false, attempts())
+		at(time.Millisecond, true, attempts()+1)
+	}
+	gpio.SetOffline(false)
+	at(time.Minute, true, attempts()+1)
+	if v := gpio.Value("night_pump"); v != false {
+		t.Fatalf("pump once its chip answered = %v, want false", v)
+	}
+	if n := safeWrites("do_boiler_setpoint"); n != 1 {
+		t.Fatalf("the boiler (made safe at the first attempt) had %d safe writes in the silence, want 1", n)
+	}
+	gpio.SetValue("night_pump", true)
+	at(time.Hour, false, attempts()) // made safe: no more retries in this silence
+
+	// a do_* call ends the retries
+	doOn(t, e, "do_damper_position", 30.0, "alive")
+	gpio.SetOffline(true)
+	at(time.Minute, true, attempts()+1)
+	doOn(t, e, "do_damper_position", 31.0, "alive again")
+	at(time.Second, false, attempts())
+	at(58*time.Second, false, attempts())
+	gpio.SetOffline(false)
+	if v := gpio.Value("night_pump"); v != true {
+		t.Fatalf("pump after a do_* call ended the retries = %v, want true (untouched)", v)
+	}
+	if n := strings.Count(logs.String(), `level=ERROR msg="safe state not applied" tool=do_night_pump`); n != 2 {
+		t.Fatalf("the pump's failed safe state was logged at error %d times, want 2 (once per silence):\n%s", n, logs.String())
 	}
 }

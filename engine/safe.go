@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/physmcp/physmcpd/drivers"
@@ -24,19 +26,24 @@ func safeValue(c *manifest.Capability) (any, bool) { return c.SafeValueOf() }
 // right after), logged and audited with why as the reason. Every point is
 // attempted; the error joins the failures.
 func (e *Engine) ApplySafeState(ctx context.Context, why string) error {
-	return e.applySafeState(ctx, why, func(*point) bool { return true })
+	_, err := e.applySafeState(ctx, why, func(*point) bool { return true }, slog.LevelError)
+	return err
 }
 
 // ApplySafeStateOn is ApplySafeState for the do points on one bus: for a bus
 // that was not open at start-up and has just opened.
 func (e *Engine) ApplySafeStateOn(ctx context.Context, bus, why string) error {
-	return e.applySafeState(ctx, why, func(pt *point) bool { return pt.c.Binding.Bus == bus })
+	_, err := e.applySafeState(ctx, why, func(pt *point) bool { return pt.c.Binding.Bus == bus }, slog.LevelError)
+	return err
 }
 
-func (e *Engine) applySafeState(ctx context.Context, why string, on func(*point) bool) error {
+// applySafeState drives the do points on selects to their safe values, and
+// returns the tools whose write failed (nothing written, or its outcome
+// unknown), each logged at level.
+func (e *Engine) applySafeState(ctx context.Context, why string, on func(*point) bool, level slog.Level) (unsafe []string, err error) {
 	// A running operation would write again after the safe value.
 	e.stopOperations(on, why)
-	errs := []error{e.SettleInDoubt(ctx)}
+	errs := []error{e.settleInDoubt(ctx, on)}
 	cat := e.catalog()
 	for _, t := range cat.tools {
 		if t.Kind != ToolDo {
@@ -50,21 +57,21 @@ func (e *Engine) applySafeState(ctx context.Context, why string, on func(*point)
 		if !ok {
 			continue
 		}
-		if err := e.applySafe(ctx, pt, v, why); err != nil {
+		resp, err := e.driveSafe(ctx, pt, v, why, Caller{Identity: "physmcpd"}, OutcomeSafeState, level)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", pt.tool, err))
 		}
+		if resp.Status == promcp.StatusFailed {
+			unsafe = append(unsafe, pt.tool)
+		}
 	}
-	return errors.Join(errs...)
-}
-
-func (e *Engine) applySafe(ctx context.Context, pt *point, v any, why string) error {
-	_, err := e.driveSafe(ctx, pt, v, why, Caller{Identity: "physmcpd"}, OutcomeSafeState)
-	return err
+	return unsafe, errors.Join(errs...)
 }
 
 // driveSafe writes v to pt as the safe state does, for caller, audited with
-// outcome, and answers the write as a do_* body.
-func (e *Engine) driveSafe(ctx context.Context, pt *point, v any, why string, caller Caller, outcome string) (resp promcp.DoResponse, err error) {
+// outcome, and answers the write as a do_* body. A failed write is logged at
+// level.
+func (e *Engine) driveSafe(ctx context.Context, pt *point, v any, why string, caller Caller, outcome string, level slog.Level) (resp promcp.DoResponse, err error) {
 	at, began := e.now(), time.Now()
 	value, _, verr := validate(pt.c, v)
 	if verr != nil {
@@ -89,7 +96,7 @@ func (e *Engine) driveSafe(ctx context.Context, pt *point, v any, why string, ca
 	if err != nil {
 		resp.Reason = fmt.Sprintf("%s: not written: the register's write turn is held by another write: %v", why, err)
 		resp.Permission, resp.SideEffects = promcp.SourceUnreachable, []string{}
-		e.log.Error("safe state not applied", "tool", pt.tool, "value", value, "why", why, "err", err)
+		e.log.Log(ctx, level, "safe state not applied", "tool", pt.tool, "value", value, "why", why, "err", err)
 		return resp, fmt.Errorf("safe value %v not written: the register's write turn is held by another write: %w", value, err)
 	}
 	defer unlock()
@@ -114,11 +121,11 @@ func (e *Engine) driveSafe(ctx context.Context, pt *point, v any, why string, ca
 	}
 	if werr != nil {
 		resp.Reason = fmt.Sprintf("%s: write failed: %v", why, werr)
-		if until, ok := e.safeLate(ctx, pt, value, why, sent, deadline, werr); ok {
+		if until, ok := e.safeLate(ctx, pt, value, why, sent, deadline, werr, min(level, slog.LevelWarn)); ok {
 			resp.Reason += fmt.Sprintf("; the device may still apply it until %s, and other writes to this register or line are refused until then", promcp.Time(until))
 		}
 		resp.Permission = failurePermission(werr)
-		e.log.Error("safe state not applied", "tool", pt.tool, "value", value, "why", why, "err", werr)
+		e.log.Log(ctx, level, "safe state not applied", "tool", pt.tool, "value", value, "why", why, "err", werr)
 		return resp, fmt.Errorf("write safe value %v: %w", value, werr)
 	}
 	if !changed {
@@ -146,8 +153,8 @@ func (e *Engine) driveSafe(ctx context.Context, pt *point, v any, why string, ca
 // undone when the frame lands: the dead man's safe write lost on the wire,
 // an agent's write read back, then the device moving to the safe value
 // behind the agent's back. The window is held in memory only: the write has
-// no intent record for a restart to find.
-func (e *Engine) safeLate(ctx context.Context, pt *point, value any, by string, sent, deadline time.Time, werr error) (until time.Time, ok bool) {
+// no intent record for a restart to find. It is logged at level.
+func (e *Engine) safeLate(ctx context.Context, pt *point, value any, by string, sent, deadline time.Time, werr error, level slog.Level) (until time.Time, ok bool) {
 	window, why, acked := pt.late, whyLate, acknowledged(werr)
 	if !inDoubt(werr) {
 		return time.Time{}, false
@@ -166,39 +173,84 @@ func (e *Engine) safeLate(ctx context.Context, pt *point, value any, by string, 
 	var reply *drivers.LateReply
 	errors.As(werr, &reply)
 	pt.site.noteLate(lateWrite{by: by, sent: sent, value: value, until: until, why: why, reply: reply})
-	e.log.Warn("safe state write outcome unknown: its register is held for its settle window", "tool", pt.tool, "value", value, "late_until", until, "err", werr)
+	e.log.Log(ctx, level, "safe state write outcome unknown: its register is held for its settle window", "tool", pt.tool, "value", value, "late_until", until, "err", werr)
 	return until, true
 }
 
 // DeadManTimeout is the manifest's safe_state.dead_man_timeout_ms (0: none).
 func (e *Engine) DeadManTimeout() time.Duration { return e.m.SafeState.DeadManTimeout() }
 
-// touch notes a do_* call: the agent in charge is alive, re-arming the dead man.
+// The dead man tries the points its safe state did not make safe again,
+// deadRetryFirst after the first attempt, doubling up to deadRetryMax.
+const (
+	deadRetryFirst = time.Second
+	deadRetryMax   = time.Minute
+)
+
+// touch notes a do_* call: the agent in charge is alive, re-arming the dead
+// man and ending its retries.
 func (e *Engine) touch() {
 	e.deadMu.Lock()
-	e.lastDo, e.deadTripped = e.now(), false
-	e.deadMu.Unlock()
+	defer e.deadMu.Unlock()
+	if len(e.deadUnsafe) > 0 {
+		e.log.Info("a do_* call re-armed the dead man: its safe state is no longer retried", "not_made_safe", e.deadUnsafe)
+	}
+	e.lastDo, e.deadTripped, e.deadUnsafe = e.now(), false, nil
 }
 
 // CheckDeadMan applies the safe state when no do_* call has come for the
 // dead-man timeout since the last call (or since the engine started). It
-// fires once per silence: the next do_* call re-arms it. The caller runs it
-// periodically; fired reports whether it acted.
+// fires once per silence: the next do_* call re-arms it. The points it could
+// not make safe (a write failed, or its register's write turn is held by a
+// wedged write) are tried again while the silence lasts, deadRetryFirst
+// after the attempt and then twice as long each time up to deadRetryMax,
+// until they are made safe. The caller runs it periodically; fired reports
+// whether it acted. err is the first attempt's failures: a retry's are
+// logged when the points not made safe change, not at every attempt.
 func (e *Engine) CheckDeadMan(ctx context.Context) (fired bool, err error) {
 	timeout := e.DeadManTimeout()
 	if timeout <= 0 {
 		return false, nil
 	}
 	e.deadMu.Lock()
-	silent := e.now().Sub(e.lastDo)
-	due := !e.deadTripped && silent >= timeout
-	if due {
+	now, since := e.now(), e.lastDo
+	silent := now.Sub(since)
+	first := !e.deadTripped && silent >= timeout
+	retry := e.deadTripped && len(e.deadUnsafe) > 0 && !now.Before(e.deadRetry)
+	if first {
 		e.deadTripped = true
 	}
+	before := e.deadUnsafe
 	e.deadMu.Unlock()
-	if !due {
+	why := fmt.Sprintf("dead-man timeout: no do_* call for %s", timeout)
+	var unsafe []string
+	switch {
+	case first:
+		e.log.Warn("no do_* call within the dead-man timeout: applying the safe state", "timeout", timeout, "silent_for", silent)
+		unsafe, err = e.applySafeState(ctx, why, func(*point) bool { return true }, slog.LevelError)
+	case retry:
+		unsafe, _ = e.applySafeState(ctx, why, func(pt *point) bool { return slices.Contains(before, pt.tool) }, slog.LevelDebug)
+	default:
 		return false, nil
 	}
-	e.log.Warn("no do_* call within the dead-man timeout: applying the safe state", "timeout", timeout, "silent_for", silent)
-	return true, e.ApplySafeState(ctx, fmt.Sprintf("dead-man timeout: no do_* call for %s", timeout))
+	e.deadMu.Lock()
+	defer e.deadMu.Unlock()
+	if e.lastDo != since {
+		return true, err // a do_* call re-armed it meanwhile
+	}
+	if retry {
+		e.deadBackoff = min(2*e.deadBackoff, deadRetryMax)
+	} else {
+		e.deadBackoff = deadRetryFirst
+	}
+	e.deadUnsafe, e.deadRetry = unsafe, e.now().Add(e.deadBackoff)
+	switch {
+	case len(unsafe) == 0 && retry:
+		e.log.Info("dead-man safe state complete", "made_safe", before)
+	case first && len(unsafe) > 0:
+		e.log.Warn("dead-man safe state incomplete: trying the points not made safe again while no do_* call comes", "not_made_safe", unsafe, "retry_in", e.deadBackoff)
+	case retry && !slices.Equal(unsafe, before):
+		e.log.Warn("dead-man safe state still incomplete", "not_made_safe", unsafe, "retry_in", e.deadBackoff)
+	}
+	return true, err
 }

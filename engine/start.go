@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math"
 	"time"
 
@@ -328,7 +329,7 @@ func (e *Engine) runFor(ctx context.Context, op *runningOp) (promcp.OpState, str
 	}
 	caller := Caller{Identity: op.rec.Caller, Role: op.rec.Role}
 	for {
-		r, err := e.driveSafe(context.WithoutCancel(ctx), op.pt, then, fmt.Sprintf("%s operation %s ended after %d ms", op.rec.Tool, op.rec.ID, op.rec.DurationMs), caller, OutcomeRunEnded)
+		r, err := e.driveSafe(context.WithoutCancel(ctx), op.pt, then, fmt.Sprintf("%s operation %s ended after %d ms", op.rec.Tool, op.rec.ID, op.rec.DurationMs), caller, OutcomeRunEnded, slog.LevelError)
 		if err == nil {
 			e.ops.update(op, func(rec *OperationRecord) { rec.Written, rec.Writes = r.AppliedValue, 2 })
 			if failure != "" {
@@ -500,7 +501,7 @@ func (e *Engine) Cancel(ctx context.Context, caller Caller, tool string, req pro
 	e.ops.halt(op)
 	e.ops.end(op, promcp.OpCancelled, fmt.Sprintf("cancelled by %s", caller.Identity))
 	safe, _ := o.Target.SafeValueOf()
-	resp, _ := e.driveSafe(ctx, pt, safe, fmt.Sprintf("%s of operation %s by %s", tool, req.OperationID, caller.Identity), caller, OutcomeCancelled)
+	resp, _ := e.driveSafe(ctx, pt, safe, fmt.Sprintf("%s of operation %s by %s", tool, req.OperationID, caller.Identity), caller, OutcomeCancelled, slog.LevelError)
 	resp.IdempotencyKey = key
 	e.compensation(pt, &resp)
 	if resp.Status != promcp.StatusFailed {
