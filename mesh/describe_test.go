@@ -16,7 +16,7 @@ func TestDescribeShowsDescriptiveKeys(t *testing.T) {
 			Certification: []string{"CE", "UL508"}},
 		Network: &manifest.Network{Protocols: []*manifest.Protocol{{Type: "ip", Address: "192.0.2.10", MCPPort: 8080, Role: "native"}}},
 	}
-	d := mesh.Describe(m, "full").Device
+	d := mesh.Describe(m, "full", nil).Device
 	if d.FirmwareVersion != "2.4.1" || d.HardwareRevision != "C" || !slices.Equal(d.Certification, []string{"CE", "UL508"}) {
 		t.Errorf("device = %+v, want firmware 2.4.1, hardware C, certification CE UL508", d)
 	}

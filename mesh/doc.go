@@ -13,7 +13,7 @@
 // Use:
 //
 //	m, err := mesh.Start(mesh.Config{DeviceID: "pump_01", Zone: "greenhouse_a", Endpoint: url,
-//		CapsHash: mesh.Describe(man, "full").CapsHash, Tags: mesh.Digest(mesh.MatchWords(man)),
+//		CapsHash: mesh.Describe(man, "full", e.Roles).CapsHash, Tags: mesh.Digest(mesh.MatchWords(man)),
 //		BindAddr: "0.0.0.0", BindPort: 7946, SeedPeers: seeds, MaxPeers: 10,
 //		HeartbeatInterval: time.Second, MDNS: true, Keys: keys})
 //	defer m.Close() // peers see this node as left, not dead

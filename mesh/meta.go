@@ -167,14 +167,25 @@ type CapabilityDoc struct {
 	SemanticTags       []string      `json:"semantic_tags"`
 	SideEffects        []string      `json:"side_effects,omitempty"`
 	RequiresPermission manifest.Role `json:"requires_permission,omitempty"`
-	RequiresQuorum     bool          `json:"requires_quorum,omitempty"`
+	// Roles, when some role above RequiresPermission is refused, lists
+	// those that pass.
+	Roles          []string `json:"roles,omitempty"`
+	RequiresQuorum bool     `json:"requires_quorum,omitempty"`
 }
 
-// Describe builds m's Document under profile. CapsHash is the first 16 bytes
-// of SHA-256 over the JSON encoding of Capabilities, in hex: any change a
-// peer could act on (a capability added, a range or a tag changed) changes
-// it, and a peer that sees it change fetches the document again.
-func Describe(m *manifest.Manifest, profile string) Document {
+// Roles is what a call of a tool asks of the caller's role, policy
+// included (engine.Engine.Roles): the lowest role that passes, and every
+// role that does when some role above it is refused.
+type Roles func(tool string) (min string, roles []string)
+
+// Describe builds m's Document under profile, each capability's required
+// permission as roles says (nil: the manifest's alone). CapsHash is the
+// first 16 bytes of SHA-256 over the JSON encoding of Capabilities, in hex:
+// any change a peer could act on (a capability added, a range, a tag or
+// the roles it asks changed) changes it, and a peer that sees it change
+// fetches the document again (an aggregator lists the device's tools again,
+// and asks the roles they now ask).
+func Describe(m *manifest.Manifest, profile string, roles Roles) Document {
 	doc := Document{
 		PhysMCPVersion: m.PhysMCPVersion,
 		Device: DocumentDevice{ID: m.Device.ID, Type: m.Device.Type, Vendor: m.Device.Vendor, Model: m.Device.Model,
@@ -196,6 +207,13 @@ func Describe(m *manifest.Manifest, profile string) Document {
 			RequiresPermission: c.RequiresPermission, RequiresQuorum: c.RequiresQuorum}
 		if c.Range != nil {
 			cd.Min, cd.Max = c.Range.Min, c.Range.Max
+		}
+		if roles != nil {
+			min, only := roles(c.ToolName())
+			if r := manifest.Role(min); r.Rank() > cd.RequiresPermission.Rank() {
+				cd.RequiresPermission = r
+			}
+			cd.Roles = only
 		}
 		doc.Capabilities = append(doc.Capabilities, cd)
 	}

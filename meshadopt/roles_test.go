@@ -3,7 +3,12 @@ package meshadopt_test
 import (
 	"context"
 	"crypto/rand"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -128,4 +133,76 @@ func adoptGreenhouse(t *testing.T, devicePolicy string, edit func(*manifest.Capa
 		t.Fatalf("%s is not served: %v", fan, served(agg))
 	}
 	return agg, dev
+}
+
+// A device restarted at the same endpoint with a policy that asks more of
+// its do_vent_fan (supervisor, where the manifest says operator) announces
+// another capabilities hash, so the aggregator lists its tools again and
+// refuses an operator from then on. Before, the hash covered the manifest
+// alone: unchanged, the aggregator kept the roles it had listed, and the
+// operator's write reached the restarted device as the mesh role's.
+func TestRestartedDeviceWithStricterRolesIsListedAgain(t *testing.T) {
+	key := make([]byte, 32)
+	rand.Read(key)
+	keys := [][]byte{key}
+	serve := func(policyText string) (*url.URL, *engine.Engine, string) {
+		dm, _ := load(t, "../examples/mesh/greenhouse")
+		dp, diags := policy.Parse("device.policy.yml", []byte("physmcp_policy_version: \"0.1\"\nidentity: {mesh: {role: supervisor}}\n"+policyText), dm)
+		if dp == nil || diags.HasErrors() {
+			t.Fatal(diags)
+		}
+		raw, dev := serveDevice(t, dm, dp, keys, make(chan string))
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u, dev, mesh.Describe(dm, "full", dev.Roles).CapsHash
+	}
+	before, _, hashBefore := serve("")
+	var backend atomic.Pointer[httputil.ReverseProxy]
+	to := func(u *url.URL) {
+		backend.Store(httputil.NewSingleHostReverseProxy(&url.URL{Scheme: u.Scheme, Host: u.Host}))
+	}
+	to(before)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { backend.Load().ServeHTTP(w, r) }))
+	t.Cleanup(front.Close)
+
+	m, p := load(t, "../examples/site/mesh-aggregator")
+	agg := simEngine(t, m, p)
+	peer := mesh.Peer{NodeID: "greenhouse_controller_01", DeviceID: "greenhouse_controller_01", Zone: "greenhouse_a", Profile: "full",
+		Endpoint: front.URL + before.Path, CapsHash: hashBefore, State: mesh.Alive, Since: time.Now()}
+	membership := &members{peers: []mesh.Peer{peer}}
+	a, err := meshadopt.New(meshadopt.Config{Source: m.MeshSource(), Node: "site_mesh_aggregator_01", Keys: keys, Retry: time.Millisecond, Logger: quiet}, membership, agg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a.Sync(ctx)
+	if !agg.Permits(fan, manifest.RoleOperator) {
+		t.Fatalf("before the restart an operator may not call %s", fan)
+	}
+
+	// the restart: the same endpoint, a stricter policy
+	after, restarted, hashAfter := serve(`capabilities:
+  do_vent_fan:
+    rules: [{type: permission, require: [supervisor, admin]}]
+`)
+	to(after)
+	if hashAfter == hashBefore {
+		t.Errorf("the capabilities hash %s is the same under the stricter policy", hashAfter)
+	}
+	peer.CapsHash = hashAfter
+	membership.set(peer)
+	// The first listing may meet the old session (gone with the restart)
+	// and is tried again after Retry.
+	for deadline := time.Now().Add(10 * time.Second); agg.Permits(fan, manifest.RoleOperator) && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		a.Sync(ctx)
+	}
+	op := engine.Caller{Identity: "op", Role: manifest.RoleOperator}
+	if r, err := agg.Do(ctx, op, fan, promcp.DoRequest{Value: true, IdempotencyKey: "k-op"}); err != nil || r.Permission != promcp.PermissionInsufficient {
+		t.Errorf("an operator's %s after the restart: %+v %v; want permission_insufficient at the aggregator", fan, r, err)
+	}
+	if n, _ := calls(restarted, "do_vent_fan"); n != 0 {
+		t.Errorf("%d calls of do_vent_fan reached the restarted device for an operator it refuses", n)
+	}
 }

@@ -59,7 +59,7 @@ func meshFor(m *manifest.Manifest, opts *engine.Options, dur *durable, logger *s
 // membership. It runs once the HTTP listener is up, because a node's
 // metadata carries its MCP endpoint: the listener's address, or
 // network.mesh.advertise_address when it listens on every interface.
-func (n *meshNode) join(m *manifest.Manifest, profile string, ln net.Addr, scheme string, logger *slog.Logger) (*mesh.Mesh, error) {
+func (n *meshNode) join(m *manifest.Manifest, profile string, roles mesh.Roles, ln net.Addr, scheme string, logger *slog.Logger) (*mesh.Mesh, error) {
 	if n == nil {
 		return nil, nil
 	}
@@ -74,7 +74,7 @@ func (n *meshNode) join(m *manifest.Manifest, profile string, ln net.Addr, schem
 	}
 	mm, err := mesh.Start(mesh.Config{
 		DeviceID: m.Device.ID, Zone: zone, Profile: profile, Endpoint: endpoint,
-		CapsHash: mesh.Describe(m, profile).CapsHash, Tags: mesh.Digest(mesh.MatchWords(m)),
+		CapsHash: mesh.Describe(m, profile, roles).CapsHash, Tags: mesh.Digest(mesh.MatchWords(m)),
 		BindAddr: ms.Bind(), BindPort: ms.Port(), AdvertiseAddr: ms.AdvertiseAddress,
 		SeedPeers: ms.SeedPeers, MaxPeers: ms.Peers(), HeartbeatInterval: ms.HeartbeatInterval(),
 		MDNS: ms.MDNSEnabled(), Keys: n.keys, Logger: logger,
@@ -114,8 +114,8 @@ func endpointURL(scheme string, ln net.Addr, advertise string) (string, error) {
 // meshMethods are PhysMCP's extension methods on the MCP endpoint. With the
 // mesh off (ms nil) physmcp/manifest still answers and the others say so.
 // A vote runs the quorum checks it names with check (this node's policy).
-func meshMethods(m *manifest.Manifest, profile string, ms *mesh.Mesh, router *meshroute.Router, check meshroute.Check) map[string]mcpserver.Method {
-	doc := mesh.Describe(m, profile)
+func meshMethods(m *manifest.Manifest, profile string, roles mesh.Roles, ms *mesh.Mesh, router *meshroute.Router, check meshroute.Check) map[string]mcpserver.Method {
+	doc := mesh.Describe(m, profile, roles)
 	off := map[string]any{"enabled": false, "partition_state": mesh.PartitionNone}
 	return map[string]mcpserver.Method{
 		meshroute.VoteMethod: func(ctx context.Context, params json.RawMessage) (any, error) {

@@ -138,7 +138,7 @@ func TestQuorumVoteRefusesUnknownParams(t *testing.T) {
 	if m == nil {
 		t.Fatal(diags)
 	}
-	vote := meshMethods(m, "full", nil, meshroute.New(nil, meshroute.Config{}), func(context.Context, string) error { return nil })[meshroute.VoteMethod]
+	vote := meshMethods(m, "full", nil, nil, meshroute.New(nil, meshroute.Config{}), func(context.Context, string) error { return nil })[meshroute.VoteMethod]
 	ctx := auth.WithPrincipal(context.Background(), auth.Principal{Name: "mesh:node_1", Method: auth.MethodMesh, Node: "node_1"})
 	if _, err := vote(ctx, json.RawMessage(`{"requester": "node_1", "tool": "do_pump", "check": "pump_area_clear", "interlocks": ["door"]}`)); err == nil || !strings.Contains(err.Error(), `unknown field "interlocks"`) {
 		t.Errorf("a vote with an unknown parameter: %v, want refused", err)

@@ -87,7 +87,7 @@ func TestQuorumVoteHeldToTheCredentialsNode(t *testing.T) {
 			return meshroute.Refusal{}
 		}
 	}
-	methods := meshMethods(m, "full", nil, router, nil)
+	methods := meshMethods(m, "full", nil, nil, router, nil)
 	srv := httptest.NewServer(mcpserver.Protect(mcpserver.WithMethods(http.NotFoundHandler(), methods), mcpserver.Access{Auth: a}))
 	defer srv.Close()
 

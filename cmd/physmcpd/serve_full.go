@@ -140,7 +140,7 @@ func serveHTTP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *e
 	if cfg.access.tls() {
 		scheme = "https"
 	}
-	ms, err := node.join(e.Manifest(), prof.Name, ln.Addr(), scheme, logger)
+	ms, err := node.join(e.Manifest(), prof.Name, e.Roles, ln.Addr(), scheme, logger)
 	if err != nil {
 		ln.Close()
 		logger.Error("cannot join the mesh", "err", err)
@@ -156,7 +156,7 @@ func serveHTTP(ctx context.Context, cfg serveConfig, prof profiles.Profile, e *e
 		return 1
 	}
 	defer stopAdopting()
-	api = mcpserver.WithMethods(api, meshMethods(describedManifest(e.Manifest(), prof, ln.Addr()), prof.Name, ms, node.router(), e.QuorumCheck))
+	api = mcpserver.WithMethods(api, meshMethods(describedManifest(e.Manifest(), prof, ln.Addr()), prof.Name, e.Roles, ms, node.router(), e.QuorumCheck))
 	// /healthz and the status page's static files need no token; /metrics
 	// takes the token of /mcp (any role) unless --metrics-public puts it in
 	// front of the access rules.
