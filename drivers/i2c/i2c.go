@@ -20,6 +20,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"periph.io/x/conn/v3/i2c"
 	"periph.io/x/host/v3/sysfs"
@@ -50,28 +51,41 @@ func Open(_ context.Context, _ *manifest.Manifest, b *manifest.Bus) (drivers.Bus
 		return nil, fmt.Errorf("bus %q: timeout_ms %d: must not be negative", b.Name, c.TimeoutMs)
 	}
 	path := "/dev/i2c-" + m[2]
-	if c.TimeoutMs > 0 {
-		if err := setAdapterTimeout(path, c.TimeoutMs); err != nil {
-			return nil, fmt.Errorf("bus %q: %w", b.Name, err)
-		}
-	}
 	// The adapter is opened directly rather than through periph's host
 	// registry: host.Init enumerates the adapters once per process (one that
 	// appears later would never be found) and, on arm, links and starts every
 	// board driver periph has (Allwinner, BCM283x, ...), which I2C does not use.
 	n, _ := strconv.Atoi(m[2])
-	dev, err := sysfs.NewI2C(n)
-	if err != nil {
-		return nil, fmt.Errorf("bus %q: %w: opening %s: %w", b.Name, drivers.ErrUnreachable, path, err)
+	open := func() (i2c.BusCloser, error) {
+		// the setting belongs to the adapter: one that came back has lost it
+		if c.TimeoutMs > 0 {
+			if err := setAdapterTimeout(path, c.TimeoutMs); err != nil {
+				return nil, err
+			}
+		}
+		dev, err := sysfs.NewI2C(n)
+		if err != nil {
+			return nil, fmt.Errorf("%w: opening %s: %w", drivers.ErrUnreachable, path, err)
+		}
+		return dev, nil
 	}
-	return New("i2c "+path, dev, c.Retries), nil
+	dev, err := open()
+	if err != nil {
+		return nil, fmt.Errorf("bus %q: %w", b.Name, err)
+	}
+	bus := New("i2c "+path, dev, c.Retries)
+	bus.reopen = open
+	return bus, nil
 }
 
 // Bus is one I2C adapter. It implements drivers.I2CBus.
 type Bus struct {
 	desc    string
-	dev     i2c.BusCloser
+	dev     i2c.BusCloser // nil once closed after the adapter went away
 	retries int
+	// reopen opens the adapter again after it went away (a USB adapter
+	// unplugged): nil, never.
+	reopen func() (i2c.BusCloser, error)
 	// lock is a one-slot semaphore rather than a mutex so that waiting for
 	// the bus gives up when the caller's context does.
 	lock chan struct{}
@@ -89,7 +103,16 @@ func New(desc string, dev i2c.BusCloser, retries int) *Bus {
 func (b *Bus) Describe() string { return b.desc }
 
 // Close releases the adapter.
-func (b *Bus) Close() error { return b.dev.Close() }
+func (b *Bus) Close() error {
+	b.lock <- struct{}{}
+	defer func() { <-b.lock }()
+	dev := b.dev
+	b.dev, b.reopen = nil, nil
+	if dev == nil {
+		return nil
+	}
+	return dev.Close()
+}
 
 // TxError is a failed transaction, naming the bus, the address and (by the
 // usual convention that a register-addressed device takes the register as
@@ -135,6 +158,16 @@ func (b *Bus) Tx(ctx context.Context, addr uint16, w, r []byte) error {
 		return fail(0, ctxError(ctx.Err(), "while waiting for the bus"))
 	}
 	defer func() { <-b.lock }()
+	if b.dev == nil {
+		if b.reopen == nil {
+			return fail(0, errors.New("closed"))
+		}
+		dev, err := b.reopen()
+		if err != nil {
+			return fail(0, err)
+		}
+		b.dev = dev
+	}
 	write := len(r) == 0
 	tries := 1
 	if !write {
@@ -153,12 +186,35 @@ func (b *Bus) Tx(ctx context.Context, addr uint16, w, r []byte) error {
 		if err = b.dev.Tx(addr, w, r); err == nil {
 			return nil
 		}
+		if b.gone(err) {
+			break
+		}
 	}
 	err = classify(err)
 	if write {
 		err = fmt.Errorf("%w: %w", drivers.ErrInDoubt, err)
 	}
 	return fail(attempts, err)
+}
+
+// gone closes the adapter when err says it went away (ENODEV: a USB
+// adapter unplugged), so the next transaction opens it again: the kernel
+// keeps the old adapter, and its number, while a file holds it open, and
+// answers nothing but ENODEV on it meanwhile. Without a way to reopen, it
+// stays as it is.
+func (b *Bus) gone(err error) bool {
+	if b.reopen == nil || !adapterGone(err) {
+		return false
+	}
+	_ = b.dev.Close()
+	b.dev = nil
+	return true
+}
+
+// adapterGone says whether err is ENODEV (periph formats the errno with %v;
+// ENXIO, a NACK, reads "no such device or address").
+func adapterGone(err error) bool {
+	return strings.HasSuffix(err.Error(), ": "+syscall.ENODEV.Error())
 }
 
 func ctxError(err error, what string) error {
@@ -175,6 +231,8 @@ func classify(err error) error {
 	switch {
 	case strings.Contains(msg, "timed out"): // ETIMEDOUT: clock stretched too long, or qemu's NACK
 		return fmt.Errorf("%w: %w", drivers.ErrTimeout, err)
+	case adapterGone(err):
+		return fmt.Errorf("%w: the adapter went away: %w", drivers.ErrUnreachable, err)
 	case strings.Contains(msg, "no such device or address"), // ENXIO: NACK on most adapters
 		strings.Contains(msg, "remote I/O error"): // EREMOTEIO: NACK on others
 		return fmt.Errorf("%w: no device acknowledged: %w", drivers.ErrUnreachable, err)

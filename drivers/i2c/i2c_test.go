@@ -3,10 +3,13 @@ package i2c
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
+	"periph.io/x/conn/v3/i2c"
 	"periph.io/x/conn/v3/i2c/i2ctest"
 	"periph.io/x/conn/v3/physic"
 
@@ -155,5 +158,57 @@ func TestBadInput(t *testing.T) {
 		if _, err := Open(context.Background(), nil, &manifest.Bus{Name: "b", Type: manifest.BusI2C, I2C: &c}); err == nil {
 			t.Errorf("Open(%+v): no error", c)
 		}
+	}
+}
+
+// adapter is a USB I2C adapter that can be unplugged: every transfer on it
+// then fails with ENODEV, as the kernel answers on an adapter whose device
+// went away, until its file is closed.
+type adapter struct {
+	flaky
+	unplugged bool
+	closed    bool
+}
+
+func (a *adapter) Tx(addr uint16, w, r []byte) error {
+	if a.unplugged {
+		return errors.New("sysfs-i2c: " + syscall.ENODEV.Error())
+	}
+	return a.flaky.Tx(addr, w, r)
+}
+
+func (a *adapter) Close() error { a.closed = true; return nil }
+
+// An adapter that went away is closed at its first ENODEV and opened again
+// by the transaction after it comes back, rather than failing for good (and
+// keeping the kernel's old adapter, and its number, held open). Meanwhile
+// nothing reaches a bus, and a write cut by the unplug is in doubt, not repeated.
+func TestAdapterThatWentAwayIsOpenedAgain(t *testing.T) {
+	old := &adapter{}
+	var plugged *adapter // nil: not there
+	opens := 0
+	b := New("i2c /dev/i2c-1", old, 2)
+	b.reopen = func() (i2c.BusCloser, error) {
+		opens++
+		if plugged == nil {
+			return nil, fmt.Errorf("%w: opening /dev/i2c-1: no such file or directory", drivers.ErrUnreachable)
+		}
+		return plugged, nil
+	}
+	ctx := context.Background()
+	old.unplugged = true
+	err := b.Tx(ctx, 0x20, []byte{1, 0x71}, nil)
+	if !errors.Is(err, drivers.ErrInDoubt) || !errors.Is(err, drivers.ErrUnreachable) || !old.closed {
+		t.Fatalf("write cut by the unplug = %v (adapter closed %v), want in doubt and unreachable, the adapter closed", err, old.closed)
+	}
+	if err := b.Tx(ctx, 0x20, []byte{0}, make([]byte, 1)); !errors.Is(err, drivers.ErrUnreachable) || opens != 1 {
+		t.Fatalf("read while unplugged = %v after %d opens, want unreachable after 1", err, opens)
+	}
+	plugged = &adapter{}
+	if err := b.Tx(ctx, 0x20, []byte{0}, make([]byte, 1)); err != nil || opens != 2 || plugged.ops != 1 || old.ops != 0 {
+		t.Fatalf("read once plugged back = %v after %d opens, %d transfers on the new adapter and %d on the old", err, opens, plugged.ops, old.ops)
+	}
+	if err := b.Close(); err != nil || !plugged.closed {
+		t.Fatalf("close = %v, new adapter closed %v", err, plugged.closed)
 	}
 }
