@@ -3,6 +3,8 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,7 +60,13 @@ func opsRig(t *testing.T, dir string) (*engine.Engine, *busLog) {
 // is nil, the engine's bus wrap(the busLog).
 func opsRigOn(t *testing.T, dir string, opts engine.Options, wrap func(*busLog) drivers.Bus) (*engine.Engine, *busLog) {
 	t.Helper()
-	m, diags := manifest.Load("testdata/operations.manifest.yml")
+	return opsRigFrom(t, "testdata/operations.manifest.yml", dir, opts, wrap)
+}
+
+// opsRigFrom is opsRigOn with the manifest at path.
+func opsRigFrom(t *testing.T, path, dir string, opts engine.Options, wrap func(*busLog) drivers.Bus) (*engine.Engine, *busLog) {
+	t.Helper()
+	m, diags := manifest.Load(path)
 	if m == nil {
 		t.Fatalf("manifest: %s", diags)
 	}
@@ -390,5 +398,71 @@ func TestSequenceUndoesAfterItsCallerWentAway(t *testing.T) {
 	coils, err := wire.ReadBits(context.Background(), 1, manifest.TableCoil, 10, 2)
 	if err != nil || fmt.Sprint(coils) != "[true false]" {
 		t.Fatalf("inlet and pump = %v, %v; want them back at [true false]", coils, err)
+	}
+}
+
+// signalAt closes at when a register write to addr reaches the bus.
+type signalAt struct {
+	*busLog
+	addr uint16
+	at   chan struct{}
+	once sync.Once
+}
+
+func (s *signalAt) WriteRegisters(ctx context.Context, unit uint8, addr uint16, v []uint16) error {
+	err := s.busLog.WriteRegisters(ctx, unit, addr, v)
+	if addr == s.addr {
+		s.once.Do(func() { close(s.at) })
+	}
+	return err
+}
+
+// The safe state applied while a sequence runs (the dead man, shutdown) is
+// the last word: the sequence acts no more, and undoes nothing, after it.
+// Undoing step 1 would switch the pump the safe state had just switched off
+// back on.
+func TestSafeStateStopsASequence(t *testing.T) {
+	base, err := os.ReadFile("testdata/operations.manifest.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "ops.manifest.yml")
+	seq := `
+  - name: pump_then_heat
+    kind: sequence
+    description: Stop the pump, then ramp the oven up and wait for it.
+    semantic_tags: [pump, oven]
+    steps:
+      - {tool: do_pump, value: false}
+      - {tool: start_oven_ramp, value: 150, wait: true}
+`
+	if err := os.WriteFile(path, append(base, seq...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var wire *signalAt
+	e, _ := opsRigFrom(t, path, "", engine.Options{}, func(b *busLog) drivers.Bus {
+		wire = &signalAt{busLog: b, addr: 0, at: make(chan struct{})}
+		return wire
+	})
+	ctx := context.Background()
+	if resp, _ := e.Do(ctx, operator, "do_pump", promcp.DoRequest{Value: true}); resp.Status != promcp.StatusSuccess {
+		t.Fatalf("do_pump: %+v", resp)
+	}
+	done := make(chan promcp.SequenceResponse)
+	go func() {
+		resp, _ := e.Sequence(ctx, operator, "do_pump_then_heat", promcp.SequenceRequest{IdempotencyKey: "seq-safe"})
+		done <- resp
+	}()
+	<-wire.at // the ramp has begun
+	if err := e.ApplySafeState(ctx, "dead-man timeout (test)"); err != nil {
+		t.Fatal(err)
+	}
+	resp := <-done
+	if resp.Outcome != promcp.SequenceCompensationFailed || len(resp.Compensations) != 0 || !strings.Contains(resp.Reason, "safe state") {
+		t.Fatalf("sequence: %+v", resp)
+	}
+	coils, err := wire.ReadBits(ctx, 1, manifest.TableCoil, 1, 1)
+	if err != nil || coils[0] {
+		t.Fatalf("pump = %v, %v; want off, as the safe state left it (writes %v)", coils, err, wire.log())
 	}
 }

@@ -57,6 +57,7 @@ func (e *Engine) applySafeState(ctx context.Context, why string, on func(*point)
 		if !ok {
 			continue
 		}
+		pt.site.safe.Add(1)
 		resp, err := e.driveSafe(ctx, pt, v, why, Caller{Identity: "physmcpd"}, OutcomeSafeState, level)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", pt.tool, err))

@@ -102,9 +102,13 @@ func (e *Engine) Sequence(ctx context.Context, caller Caller, tool string, req p
 	}
 
 	resp := e.sequenceAnswer(o, key)
+	marks := e.safeMarks(o)
 	failed := -1
 	for i, s := range o.Steps {
-		out, ok := e.sequenceStep(ctx, caller, s, stepKey(key, "step", i+1))
+		out, ok := promcp.StepOutcome{Tool: s.Tool, Arguments: stepArguments(s), Status: string(promcp.StatusFailed), Reason: "not run: the safe state came first"}, false
+		if !safeSince(marks) {
+			out, ok = e.sequenceStep(ctx, caller, s, stepKey(key, "step", i+1))
+		}
 		out.Step = i + 1
 		resp.Steps = append(resp.Steps, out)
 		if !ok {
@@ -132,7 +136,13 @@ func (e *Engine) Sequence(ctx context.Context, caller Caller, tool string, req p
 		// Undoing must not stop when the caller does (a client that went
 		// away, a cancelled call): that would leave the device between states.
 		undoCtx := context.WithoutCancel(ctx)
+		stopped := false
 		for j := undone - 1; j >= 0; j-- {
+			if stopped = safeSince(marks); stopped {
+				// undoing now would undo the safe state too
+				resp.Outcome = promcp.SequenceCompensationFailed
+				break
+			}
 			c, ok := e.undoStep(undoCtx, caller, o.Steps[j], resp.Steps[j], stepKey(key, "undo", j+1))
 			c.Step = j + 1
 			resp.Compensations = append(resp.Compensations, c)
@@ -142,6 +152,8 @@ func (e *Engine) Sequence(ctx context.Context, caller Caller, tool string, req p
 		}
 		resp.Reason = fmt.Sprintf("step %d (%s) failed: %s", n, bad.Tool, bad.Reason)
 		switch {
+		case stopped:
+			resp.Reason += fmt.Sprintf("; %s, so nothing was undone after it: the device is left between states, read before acting", safeCame)
 		case resp.Outcome != promcp.SequenceCompensated:
 			resp.Reason += "; an undo failed too, so the device is left between states: see compensations, and read before acting"
 		case undone > failed:
@@ -191,6 +203,42 @@ func stepSideEffects(s *manifest.Step) []string {
 func doOutcome(tool string, args map[string]any, key string, r promcp.DoResponse) promcp.StepOutcome {
 	return promcp.StepOutcome{Tool: tool, Arguments: args, IdempotencyKey: key, Status: string(r.Status), Permission: r.Permission,
 		Reason: r.Reason, Applied: r.AppliedValue, Previous: r.PreviousValue}
+}
+
+// safeCame says why a sequence stopped acting.
+const safeCame = "the safe state (start-up, shutdown, the dead man, a bus that opened) drove the device while the sequence ran"
+
+// safeMarks is, for each site o's steps and undos write, how many times the
+// safe state has driven it so far.
+func (e *Engine) safeMarks(o *manifest.Operation) map[*site]uint64 {
+	points := e.catalog().points
+	marks := map[*site]uint64{}
+	for _, s := range o.Steps {
+		tools := []string{s.Tool}
+		if s.Start != nil {
+			tools[0] = s.Start.Target.ToolName()
+		}
+		if s.Compensate != nil {
+			tools = append(tools, s.Compensate.Tool)
+		}
+		for _, t := range tools {
+			if pt, ok := points[t]; ok {
+				marks[pt.site] = pt.site.safe.Load()
+			}
+		}
+	}
+	return marks
+}
+
+// safeSince says whether the safe state has driven one of the sites marked
+// since: a sequence does, and undoes, nothing after it.
+func safeSince(marks map[*site]uint64) bool {
+	for s, n := range marks {
+		if s.safe.Load() != n {
+			return true
+		}
+	}
+	return false
 }
 
 // stepMayHaveActed says whether a failed step may have acted all the same:

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/physmcp/physmcpd/drivers"
@@ -32,6 +33,9 @@ type site struct {
 	seq      uint64           // number of the latest write charged
 	latest   map[string]Write // each tool's latest write charged
 	late     lateWrite
+	// safe counts the times the safe state has driven a point here, so a
+	// sequence can tell that it came while it ran.
+	safe atomic.Uint64
 }
 
 // lateWrite is an in-doubt write whose frame the device may still apply
