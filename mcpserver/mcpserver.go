@@ -61,11 +61,12 @@ type Options struct {
 }
 
 // CanDoRouter answers can_do beyond this device: args are the call's
-// arguments, meta its _meta, local makes this device's own report (the
+// arguments, meta its _meta, role the caller's role here (what the mesh's
+// devices answer is held to it), local makes this device's own report (the
 // router may skip it: a query answered already on another mesh path). It
 // returns local's error as it is; any other error refuses the call.
 type CanDoRouter interface {
-	Route(ctx context.Context, args map[string]any, meta map[string]any, local func(context.Context) (promcp.CapabilityReport, error)) (promcp.CapabilityReport, error)
+	Route(ctx context.Context, args map[string]any, meta map[string]any, role manifest.Role, local func(context.Context) (promcp.CapabilityReport, error)) (promcp.CapabilityReport, error)
 }
 
 // New builds the MCP server for e. Input is not validated by mcp-go: its
@@ -280,7 +281,7 @@ func (a *adapter) canDo(ctx context.Context, req mcp.CallToolRequest) (*mcp.Call
 	if req.Params.Meta != nil {
 		meta = req.Params.Meta.AdditionalFields
 	}
-	rep, err := a.opts.Router.Route(ctx, args, meta, local)
+	rep, err := a.opts.Router.Route(ctx, args, meta, a.opts.Caller(ctx).Role, local)
 	switch {
 	case failed != nil:
 		return nil, failed

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/mesh"
 	"github.com/physmcp/physmcpd/promcp"
 )
@@ -51,7 +52,7 @@ func TestEveryConsultedPeerIsReported(t *testing.T) {
 	}
 	r := New(ask, Config{Total: 200 * time.Millisecond, PerHop: 50 * time.Millisecond})
 	r.SetMembers(ms)
-	rep, err := r.Route(context.Background(), rainArgs, nil, own(unserved()))
+	rep, err := r.Route(context.Background(), rainArgs, nil, manifest.RoleNone, own(unserved()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/physmcp/physmcpd/auth"
+	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/mesh"
 	"github.com/physmcp/physmcpd/promcp"
 )
@@ -40,7 +41,7 @@ func (n *meshNet) Ask(ctx context.Context, p mesh.Peer, args map[string]any, hop
 	roundTrip(hop, &meta)
 	n.arrived[p.NodeID].Add(1)
 	ctx = auth.WithPrincipal(ctx, auth.Principal{Name: "mesh:" + hop.From, Method: auth.MethodMesh, Node: hop.From})
-	rep, err := n.routers[p.NodeID].Route(ctx, args, map[string]any{MetaKey: meta}, func(ctx context.Context) (promcp.CapabilityReport, error) {
+	rep, err := n.routers[p.NodeID].Route(ctx, args, map[string]any{MetaKey: meta}, manifest.RoleNone, func(ctx context.Context) (promcp.CapabilityReport, error) {
 		n.dryRuns[p.NodeID].Add(1)
 		return n.local[p.NodeID](ctx), nil
 	})
@@ -101,7 +102,7 @@ func (n *meshNet) hurry(id string) {
 
 func (n *meshNet) coordinate(t *testing.T) promcp.CapabilityReport {
 	t.Helper()
-	rep, err := n.routers["a"].Route(context.Background(), rainArgs, nil, own(unserved()))
+	rep, err := n.routers["a"].Route(context.Background(), rainArgs, nil, manifest.RoleNone, own(unserved()))
 	if err != nil {
 		t.Fatal(err)
 	}

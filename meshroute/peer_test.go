@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/physmcp/physmcpd/auth"
+	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/mesh"
 	"github.com/physmcp/physmcpd/promcp"
 )
@@ -30,7 +31,7 @@ func TestPeerRequestsInAnotherNodesNameAreRefused(t *testing.T) {
 	if v, err := r.Answer(as("node_2"), VoteRequest{Requester: "node_2", Tool: "do_pump"}, nil); err != nil || !v.Confirm {
 		t.Errorf("node_2 asking as node_2: %+v %v, want confirmed", v, err)
 	}
-	if _, err := r.Route(as("node_2"), rainArgs, hop("q-ok", "node_2"), own(unserved())); err != nil || ask.calls.Load() != 1 {
+	if _, err := r.Route(as("node_2"), rainArgs, hop("q-ok", "node_2"), manifest.RoleNone, own(unserved())); err != nil || ask.calls.Load() != 1 {
 		t.Errorf("node_2 forwarding as node_2: err %v, %d asks, want node_4 asked", err, ask.calls.Load())
 	}
 	if len(audited) != 0 {
@@ -54,7 +55,7 @@ func TestPeerRequestsInAnotherNodesNameAreRefused(t *testing.T) {
 		}
 
 		audited = nil
-		_, err = r.Route(as(tc.caller), rainArgs, hop("q-"+tc.name, tc.named), own(unserved()))
+		_, err = r.Route(as(tc.caller), rainArgs, hop("q-"+tc.name, tc.named), manifest.RoleNone, own(unserved()))
 		if err == nil || !strings.Contains(err.Error(), strings.Replace(tc.want, "requester", `_meta "physmcp/mesh" from`, 1)) {
 			t.Errorf("forwarded can_do %s: err %v", tc.name, err)
 		}

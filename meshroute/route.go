@@ -16,10 +16,12 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/mesh"
 	"github.com/physmcp/physmcpd/promcp"
 )
@@ -133,15 +135,16 @@ func (r *Router) SetMembers(m Members) { r.members.Store(&membersBox{m}) }
 // a peer).
 var ErrNotMember = fmt.Errorf("a forwarded can_do (_meta %q) is accepted only from a mesh peer (a credential signed with the mesh keyring)", MetaKey)
 
-// Route answers a can_do whose arguments are args and _meta meta; local
-// computes this node's own report (its dry runs) and is called at most
-// once: not at all for a forwarded query this node answered already on
-// another path, which is answered empty at once. A caller's query that no
-// capability here serves is coordinated across the mesh; a query forwarded
-// by a peer (meta carries a Hop) is forwarded on while its TTL lasts.
-// Everything else is local's report, unchanged. local's error is returned
-// as it is; any other error refuses a forwarded query.
-func (r *Router) Route(ctx context.Context, args map[string]any, meta map[string]any, local func(context.Context) (promcp.CapabilityReport, error)) (promcp.CapabilityReport, error) {
+// Route answers a can_do whose arguments are args and _meta meta, from a
+// caller with role here; local computes this node's own report (its dry
+// runs) and is called at most once: not at all for a forwarded query this
+// node answered already on another path, which is answered empty at once.
+// A caller's query that no capability here serves is coordinated across
+// the mesh, the peers' candidates held to the caller's role (callerMayNot);
+// a query forwarded by a peer (meta carries a Hop) is forwarded on while
+// its TTL lasts. Everything else is local's report, unchanged. local's
+// error is returned as it is; any other error refuses a forwarded query.
+func (r *Router) Route(ctx context.Context, args map[string]any, meta map[string]any, role manifest.Role, local func(context.Context) (promcp.CapabilityReport, error)) (promcp.CapabilityReport, error) {
 	hop, forwarded, err := hopFrom(meta)
 	if err != nil {
 		return promcp.CapabilityReport{}, err
@@ -187,9 +190,52 @@ func (r *Router) Route(ctx context.Context, args map[string]any, meta map[string
 	defer cancel()
 	rep := r.fanOut(ctx, m, req, args, hop, own)
 	if !forwarded {
+		callerMayNot(&rep, m.Self().DeviceID, role)
 		rep.Metadata.TotalLatencyMs = r.cfg.Now().Sub(start).Milliseconds() // its own dry runs included
 	}
 	return rep, nil
+}
+
+// callerMayNot moves to blocked the peers' candidates whose call the
+// caller's role here does not pass: a peer answers for the role its policy
+// gives this node (identity.mesh.role), never the caller's, and says in
+// constraints what the call itself asks (min_role, roles; only acting
+// candidates do). The caller would be refused at the device, so the query
+// is not feasible for it there.
+func callerMayNot(rep *promcp.CapabilityReport, self string, role manifest.Role) {
+	n := len(rep.Candidates)
+	rep.Candidates = slices.DeleteFunc(rep.Candidates, func(c promcp.Candidate) bool {
+		why := roleRefusal(c.Constraints, role)
+		if why == "" || c.DeviceID == self {
+			return false
+		}
+		rep.Blocked = append(rep.Blocked, promcp.Blocked{Capability: c.Capability, Source: c.Source, Permission: promcp.PermissionInsufficient,
+			Reason: why, Confidence: c.Confidence, MatchReasons: c.MatchReasons, AdoptedFrom: c.AdoptedFrom, DeviceID: c.DeviceID, Endpoint: c.Endpoint})
+		return true
+	})
+	if len(rep.Candidates) < n {
+		promcp.DeriveFeasible(rep)
+	}
+}
+
+// roleRefusal says why role does not pass the roles constraints ask ("":
+// it does, or they ask none).
+func roleRefusal(c promcp.Constraints, role manifest.Role) string {
+	name := string(role)
+	if role == "" {
+		name = string(manifest.RoleNone)
+	}
+	switch {
+	case c.MinRole == "":
+		return ""
+	case role == manifest.RoleViewer:
+		return "the call changes the device; the caller has role viewer here (read_* and can_do only)"
+	case c.Roles != nil && !slices.Contains(c.Roles, name):
+		return fmt.Sprintf("the device admits only roles %s for the call; the caller has role %s here", strings.Join(c.Roles, ", "), name)
+	case !role.AtLeast(manifest.Role(c.MinRole)):
+		return fmt.Sprintf("the device asks role %s or higher for the call; the caller has role %s here", c.MinRole, name)
+	}
+	return ""
 }
 
 // unservedHere reports whether this node has nothing for the query: no

@@ -2,12 +2,14 @@ package meshroute
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/physmcp/physmcpd/auth"
+	"github.com/physmcp/physmcpd/manifest"
 	"github.com/physmcp/physmcpd/mesh"
 	"github.com/physmcp/physmcpd/promcp"
 )
@@ -106,7 +108,7 @@ func TestCoordinatorAsksMatchingPeersAndMerges(t *testing.T) {
 	ask := &fakeAsker{answer: func(p mesh.Peer, _ Hop) promcp.CapabilityReport { return candidateOf(p, "do_rain_cover") }}
 	r := New(ask, Config{})
 	r.SetMembers(ms)
-	rep, err := r.Route(context.Background(), rainArgs, nil, own(unserved()))
+	rep, err := r.Route(context.Background(), rainArgs, nil, manifest.RoleNone, own(unserved()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +138,7 @@ func TestLocalAnswerIsNotRouted(t *testing.T) {
 	r := New(ask, Config{})
 	r.SetMembers(members{self: peer("a", "z1", mesh.Alive), peers: []mesh.Peer{peer("d", "z1", mesh.Alive, "rain")}})
 	local := candidateOf(peer("a", "z1", mesh.Alive), "do_rain")
-	rep, _ := r.Route(context.Background(), rainArgs, nil, own(local))
+	rep, _ := r.Route(context.Background(), rainArgs, nil, manifest.RoleNone, own(local))
 	if ask.calls.Load() != 0 || rep.Metadata.MeshMetadata != nil {
 		t.Fatalf("a query served here asked %d peers", ask.calls.Load())
 	}
@@ -167,7 +169,7 @@ func TestHungPeerKeepsTheDeadline(t *testing.T) {
 			r.SetMembers(ms)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			rep, _ := r.Route(ctx, rainArgs, nil, own(unserved()))
+			rep, _ := r.Route(ctx, rainArgs, nil, manifest.RoleNone, own(unserved()))
 			mm := rep.Metadata.MeshMetadata
 			if mm.ResponsesReceived != 1 || mm.ResponsesDroppedLate != 1 {
 				t.Fatalf("metadata %+v; want 1 received, 1 dropped late", mm)
@@ -203,10 +205,10 @@ func TestForwardedQueries(t *testing.T) {
 	r.SetMembers(ms)
 	hop := map[string]any{MetaKey: map[string]any{"query_id": "f-1", "root_query_id": "r-1", "coordinator": "a", "from": "a", "ttl": 1, "visited": []any{"a", "b"}, "budget_ms": 300}}
 
-	if _, err := r.Route(context.Background(), rainArgs, hop, own(unserved())); err != ErrNotMember {
+	if _, err := r.Route(context.Background(), rainArgs, hop, manifest.RoleNone, own(unserved())); err != ErrNotMember {
 		t.Fatalf("a forwarded query from a caller without a mesh credential: err %v, want ErrNotMember", err)
 	}
-	rep, err := r.Route(meshCtx(), rainArgs, hop, own(unserved()))
+	rep, err := r.Route(meshCtx(), rainArgs, hop, manifest.RoleNone, own(unserved()))
 	if err != nil || ask.calls.Load() != 1 || len(rep.Candidates) != 1 || rep.Candidates[0].DeviceID != "d" {
 		t.Fatalf("forwarded with ttl 1: err %v, %d asks, candidates %+v; want d asked once (a is visited)", err, ask.calls.Load(), rep.Candidates)
 	}
@@ -215,7 +217,7 @@ func TestForwardedQueries(t *testing.T) {
 	}
 	// The same query on another path: another hop id, the same root.
 	other := map[string]any{MetaKey: map[string]any{"query_id": "f-3", "parent_query_id": "f-0", "root_query_id": "r-1", "coordinator": "a", "from": "a", "ttl": 1, "visited": []any{"a", "c"}, "budget_ms": 300}}
-	again, _ := r.Route(meshCtx(), rainArgs, other, func(context.Context) (promcp.CapabilityReport, error) {
+	again, _ := r.Route(meshCtx(), rainArgs, other, manifest.RoleNone, func(context.Context) (promcp.CapabilityReport, error) {
 		t.Error("the dry runs ran again for a query answered on another path")
 		return unserved(), nil
 	})
@@ -223,7 +225,7 @@ func TestForwardedQueries(t *testing.T) {
 		t.Fatalf("the same root query on another path: %d asks, %+v; want an empty answer marked duplicate_query", ask.calls.Load(), again)
 	}
 	last := map[string]any{MetaKey: map[string]any{"query_id": "f-2", "root_query_id": "r-2", "coordinator": "a", "from": "a", "ttl": 0, "visited": []any{"a"}, "budget_ms": 100}}
-	if _, err := r.Route(meshCtx(), rainArgs, last, own(unserved())); err != nil || ask.calls.Load() != 1 {
+	if _, err := r.Route(meshCtx(), rainArgs, last, manifest.RoleNone, own(unserved())); err != nil || ask.calls.Load() != 1 {
 		t.Fatalf("ttl 0 forwarded on: err %v, %d asks", err, ask.calls.Load())
 	}
 }
@@ -241,7 +243,7 @@ func TestMergedRelatedReadsCapped(t *testing.T) {
 	r := New(ask, Config{})
 	r.SetMembers(ms)
 	args := map[string]any{"intent": rainArgs["intent"], "max_candidates": 1.0}
-	rep, err := r.Route(context.Background(), args, nil, own(unserved()))
+	rep, err := r.Route(context.Background(), args, nil, manifest.RoleNone, own(unserved()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +286,7 @@ func TestMergedApprovalOnlyIsExplained(t *testing.T) {
 			ask := &fakeAsker{answer: func(p mesh.Peer, _ Hop) promcp.CapabilityReport { return tc.answer(p) }}
 			r := New(ask, Config{})
 			r.SetMembers(members{self: peer("a", "z1", mesh.Alive), peers: []mesh.Peer{peer("c", "z2", mesh.Alive, "rain"), peer("d", "z2", mesh.Alive, "rain")}})
-			rep, err := r.Route(context.Background(), rainArgs, nil, own(unserved()))
+			rep, err := r.Route(context.Background(), rainArgs, nil, manifest.RoleNone, own(unserved()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -297,5 +299,56 @@ func TestMergedApprovalOnlyIsExplained(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A peer answers for the mesh role its policy gives the coordinator, never
+// the caller's: the coordinator holds each acting candidate to what its
+// constraints say the call asks (min_role, roles) and the caller's role
+// here. An operator's query: b's supervisor-only cover is blocked
+// permission_insufficient, d's operator cover stays a candidate; a
+// viewer's: both blocked, the query not feasible. Reads (no min_role) are
+// left as answered.
+func TestCoordinatorHoldsPeersCandidatesToTheCallersRole(t *testing.T) {
+	ms := members{self: peer("a", "z1", mesh.Alive), peers: []mesh.Peer{
+		peer("b", "z1", mesh.Alive, "rain"), peer("d", "z2", mesh.Alive, "rain"), peer("e", "z2", mesh.Alive, "rain"),
+	}}
+	ask := &fakeAsker{answer: func(p mesh.Peer, _ Hop) promcp.CapabilityReport {
+		rep := candidateOf(p, "do_rain_cover")
+		switch p.NodeID {
+		case "b":
+			rep.Candidates[0].Constraints.MinRole = "supervisor"
+		case "d":
+			rep.Candidates[0].Constraints.MinRole = "operator"
+		case "e":
+			rep.Candidates[0].Capability = "read_rain_rate"
+		}
+		return rep
+	}}
+	r := New(ask, Config{})
+	r.SetMembers(ms)
+	devices := func(cands []promcp.Candidate) (ids []string) {
+		for _, c := range cands {
+			ids = append(ids, c.DeviceID)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	rep, err := r.Route(context.Background(), rainArgs, nil, manifest.RoleOperator, own(unserved()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(rep.Blocked, func(b promcp.Blocked) bool { return b.DeviceID == "b" })
+	if got := devices(rep.Candidates); !slices.Equal(got, []string{"d", "e"}) || !rep.Feasible || i < 0 ||
+		rep.Blocked[i].Permission != promcp.PermissionInsufficient || rep.Blocked[i].Capability != "do_rain_cover" || rep.Blocked[i].Endpoint != "http://b/mcp" ||
+		rep.Blocked[i].Reason != "the device asks role supervisor or higher for the call; the caller has role operator here" {
+		t.Errorf("an operator: candidates %v, blocked %+v, feasible %v; want d and e, b blocked permission_insufficient", got, rep.Blocked, rep.Feasible)
+	}
+	rep, err = r.Route(context.Background(), rainArgs, nil, manifest.RoleViewer, own(unserved()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := devices(rep.Candidates); !slices.Equal(got, []string{"e"}) || rep.Feasible != true || len(rep.Blocked) != 2 {
+		t.Errorf("a viewer: candidates %v, blocked %+v; want e's read alone, b and d blocked", got, rep.Blocked)
 	}
 }
