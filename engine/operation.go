@@ -290,7 +290,13 @@ func (ops *operations) running(pt *point) (n int, driving *runningOp) {
 }
 
 // halt stops op's runner, if it runs in this process, and waits for it: no
-// write of the operation lands after halt returns.
+// write of the operation lands after halt returns, but one wedged in its
+// driver. A stopped runner returns once its transaction under way does
+// (within its timeout; everything after fails on its ended context); one
+// still in it WedgeMargin later is wedged (a hung adapter or ioctl), and
+// waiting for it would hold the safe state, the dead man, a cancel and the
+// shutdown for good. Its write then holds the point's write turn, and the
+// safe state's write waits for it as for any other.
 func (ops *operations) halt(op *runningOp) {
 	ops.mu.Lock()
 	stop, done := op.stop, op.done
@@ -299,7 +305,24 @@ func (ops *operations) halt(op *runningOp) {
 		return
 	}
 	stop()
-	<-done
+	var took time.Duration // the longest transaction it may be in
+	if op.pt != nil {
+		took = op.pt.c.Timeout()
+	}
+	if mv := op.o.Move; mv != nil {
+		if src, ok := ops.e.catalog().points[mv.Source.ToolName()]; ok {
+			took = max(took, src.c.Timeout())
+		}
+	}
+	wait := took + WedgeMargin
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		ops.e.log.Error("an operation has not stopped: its driver or bus is wedged; it is ended without waiting for it",
+			"tool", op.rec.Tool, "operation", op.rec.ID, "waited", wait)
+	}
 }
 
 // stopOperations halts the running operations whose point on selects and

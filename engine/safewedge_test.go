@@ -166,3 +166,53 @@ func TestInDoubtKeyBehindAWedgedWriteStaysInDoubt(t *testing.T) {
 		}
 	})
 }
+
+// An operation wedged in its driver (the run's write hangs, ignoring its
+// context) holds neither the safe state nor a cancel for good: stopping it
+// waits for its runner only as long as its transaction may take (the pump's
+// 5 s timeout) and engine.WedgeMargin, then ends it as failed; the pump's
+// safe write then waits for the write turn the wedged write holds, as
+// behind any wedged write (TestSafeStateIsNotWaitedForBehindAWedgedWrite),
+// and the other points are made safe. Before, the safe state (the dead
+// man's, the shutdown's) and a cancel waited for the runner for good.
+func TestSafeStateStopsAWedgedOperation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, wrap := newHoldBus()
+		e, wire := opsRigOn(t, "", engine.Options{}, wrap)
+		t.Cleanup(h.release)
+		h.arm("coil1=")
+		started := make(chan promcp.StartResponse, 1)
+		go func() {
+			r, _ := e.Start(context.Background(), operator, "start_pump_run", promcp.StartRequest{Value: true, DurationMs: 5000, IdempotencyKey: "R"})
+			started <- r
+		}()
+		<-h.held
+		began := time.Now()
+		done := make(chan error, 1)
+		go func() { done <- e.ApplySafeState(context.Background(), "dead-man timeout: test") }()
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(10 * time.Minute):
+			h.release()
+			t.Fatal("the safe state was still waiting for the wedged operation after 10 minutes")
+		}
+		if took, want := time.Since(began), 3*5*time.Second+engine.WedgeMargin; took != want {
+			t.Errorf("the safe state took %v, want %v", took, want)
+		}
+		if err == nil || !strings.Contains(err.Error(), "do_pump: safe value false not written: the register's write turn is held by another write") {
+			t.Errorf("safe state with the pump's run wedged: %v; want do_pump not written, naming the held turn", err)
+		}
+		if got := wire.log(); !slices.Contains(got, "reg0=[200]") || !slices.Contains(got, "reg2=[0]") {
+			t.Errorf("writes during the safe state: %v; want the oven's 20 °C and the valve closed", got)
+		}
+		h.release()
+		r := <-started
+		if r.OperationID == nil {
+			t.Fatalf("start_pump_run = %+v", r)
+		}
+		if st, _ := e.Status(context.Background(), operator, "read_status_pump_run", promcp.StatusRequest{OperationID: *r.OperationID}, nil); st.State != promcp.OpFailed || !strings.Contains(st.Reason, "dead-man timeout") {
+			t.Errorf("the wedged run after the safe state: %+v; want failed, stopped by the safe state", st)
+		}
+	})
+}
