@@ -417,11 +417,19 @@ func (s *signalAt) WriteRegisters(ctx context.Context, unit uint8, addr uint16, 
 	return err
 }
 
-// The safe state applied while a sequence runs (the dead man, shutdown) is
-// the last word: the sequence acts no more, and undoes nothing, after it.
-// Undoing step 1 would switch the pump the safe state had just switched off
-// back on.
-func TestSafeStateStopsASequence(t *testing.T) {
+// refusingRegs answers every register write with exception 3 (illegal
+// data value): refused, not applied.
+type refusingRegs struct{ *busLog }
+
+func (r refusingRegs) WriteRegisters(ctx context.Context, unit uint8, addr uint16, v []uint16) error {
+	r.busLog.note(fmt.Sprintf("refused reg%d=%v", addr, v))
+	return &drivers.ModbusException{Function: 16, Code: 3}
+}
+
+// pumpThenHeat is the operations device with a sequence whose second step
+// waits for a ramp.
+func pumpThenHeat(t *testing.T) string {
+	t.Helper()
 	base, err := os.ReadFile("testdata/operations.manifest.yml")
 	if err != nil {
 		t.Fatal(err)
@@ -439,8 +447,39 @@ func TestSafeStateStopsASequence(t *testing.T) {
 	if err := os.WriteFile(path, append(base, seq...), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return path
+}
+
+// A start_* step whose operation failed before it wrote anything is not
+// undone: its cancel would drive the oven to its safe value, which nothing
+// asked for. The steps before it are.
+func TestSequenceDoesNotCancelAnOperationThatWroteNothing(t *testing.T) {
+	var wire refusingRegs
+	e, _ := opsRigFrom(t, pumpThenHeat(t), "", engine.Options{}, func(b *busLog) drivers.Bus {
+		wire = refusingRegs{b}
+		return wire
+	})
+	ctx := context.Background()
+	if resp, _ := e.Do(ctx, operator, "do_pump", promcp.DoRequest{Value: true}); resp.Status != promcp.StatusSuccess {
+		t.Fatalf("do_pump: %+v", resp)
+	}
+	resp, _ := e.Sequence(ctx, operator, "do_pump_then_heat", promcp.SequenceRequest{IdempotencyKey: "seq-nothing"})
+	if resp.Outcome != promcp.SequenceCompensated || len(resp.Compensations) != 1 || resp.Compensations[0].Tool != "do_pump" {
+		t.Fatalf("sequence: %+v", resp)
+	}
+	want := []string{"coil1=[true]", "coil1=[false]", "refused reg0=[202]", "coil1=[true]"}
+	if fmt.Sprint(wire.log()) != fmt.Sprint(want) {
+		t.Fatalf("bus writes %v, want %v", wire.log(), want)
+	}
+}
+
+// The safe state applied while a sequence runs (the dead man, shutdown) is
+// the last word: the sequence acts no more, and undoes nothing, after it.
+// Undoing step 1 would switch the pump the safe state had just switched off
+// back on.
+func TestSafeStateStopsASequence(t *testing.T) {
 	var wire *signalAt
-	e, _ := opsRigFrom(t, path, "", engine.Options{}, func(b *busLog) drivers.Bus {
+	e, _ := opsRigFrom(t, pumpThenHeat(t), "", engine.Options{}, func(b *busLog) drivers.Bus {
 		wire = &signalAt{busLog: b, addr: 0, at: make(chan struct{})}
 		return wire
 	})

@@ -242,10 +242,16 @@ func safeSince(marks map[*site]uint64) bool {
 }
 
 // stepMayHaveActed says whether a failed step may have acted all the same:
-// its write's outcome is unknown (its key is still in doubt), or it started
-// an operation, which wrote, or still runs, however it ended.
+// its write's outcome is unknown (its key is still in doubt), or the
+// operation it started still runs, wrote, or failed at a write whose outcome
+// is unknown. An operation that wrote nothing is not cancelled: that would
+// drive its point to the safe value, which the step never asked for.
 func (e *Engine) stepMayHaveActed(out promcp.StepOutcome) bool {
-	return out.OperationID != "" || e.keyInDoubt(out.IdempotencyKey)
+	if out.OperationID == "" {
+		return e.keyInDoubt(out.IdempotencyKey)
+	}
+	_, rec, _, ok := e.ops.get(out.OperationID)
+	return !ok || rec.State == promcp.OpRunning || rec.Writes > 0 || e.keyInDoubt(opWriteKey(rec.ID, rec.Writes+1))
 }
 
 // sequenceStep runs one step under key.

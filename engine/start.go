@@ -239,7 +239,7 @@ func (e *Engine) run(ctx context.Context, op *runningOp) {
 // same (inDoubt: its outcome is unknown).
 func (e *Engine) stepWrite(ctx context.Context, op *runningOp, value any, n int) (failure string, inDoubt bool) {
 	caller := Caller{Identity: op.rec.Caller, Role: op.rec.Role}
-	key := fmt.Sprintf("%s/%d", op.rec.ID, n)
+	key := opWriteKey(op.rec.ID, n)
 	resp := e.do(context.WithoutCancel(ctx), caller, op.pt, promcp.DoRequest{Value: value, IdempotencyKey: key}, op)
 	if resp.Status != promcp.StatusFailed {
 		e.ops.update(op, func(r *OperationRecord) { r.Written, r.Writes = resp.AppliedValue, n })
@@ -250,6 +250,9 @@ func (e *Engine) stepWrite(ctx context.Context, op *runningOp, value any, n int)
 	}
 	return fmt.Sprintf("write %d (%v) was not applied: %s: %s; the point keeps the last value written", n, value, resp.Permission, resp.Reason), false
 }
+
+// opWriteKey is the idempotency key of write n of operation id.
+func opWriteKey(id string, n int) string { return fmt.Sprintf("%s/%d", id, n) }
 
 // keyInDoubt says whether key's write left with no known outcome, so the
 // device may hold its value.
