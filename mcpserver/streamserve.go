@@ -15,6 +15,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/physmcp/physmcpd/internal/callpool"
 	"github.com/physmcp/physmcpd/internal/ndjson"
 )
 
@@ -74,7 +75,7 @@ func serveLines(ctx context.Context, s *server.MCPServer, in io.Reader, out io.W
 	defer cancel()
 
 	st := &stream{s: s, fast: fastReadsOf(s), w: &lineWriter{out: out}, limit: lim.MaxMessageBytes, reads: map[string]context.CancelFunc{}}
-	var pool, others sync.WaitGroup
+	var others sync.WaitGroup
 	others.Go(func() {
 		for {
 			select {
@@ -85,31 +86,16 @@ func serveLines(ctx context.Context, s *server.MCPServer, in io.Reader, out io.W
 			}
 		}
 	})
-	calls := make(chan json.RawMessage, queue)
-	for range workers {
-		pool.Go(func() {
-			for {
-				select {
-				case msg, ok := <-calls:
-					if !ok {
-						return
-					}
-					st.call(ctx, msg)
-				case <-ctx.Done():
-					return
-				}
-			}
-		})
-	}
+	calls := callpool.Start(ctx, workers, queue, func(msg json.RawMessage) { st.call(ctx, msg) })
 	requests := &group{}
-	done := make(chan error, 1)
-	go func() { done <- st.readLines(ctx, bufio.NewReaderSize(in, 4096), calls, requests) }()
+	lines := bufio.NewReaderSize(in, 4096)
+	done := calls.Read(ctx, func() (json.RawMessage, bool, error) { return st.next(ctx, lines, requests) },
+		func() bool { return lines.Buffered() > 0 })
 	var err error
 	ended := false // the input, not ctx
 	select {
 	case err = <-done:
-		close(calls) // the reader was its only sender
-		pool.Wait()
+		calls.Close()
 		ended = true
 	case <-ctx.Done():
 		// The reader may sit in a Read that only the end of in (closing
@@ -117,7 +103,7 @@ func serveLines(ctx context.Context, s *server.MCPServer, in io.Reader, out io.W
 		err = ctx.Err()
 	}
 	cancel()
-	pool.Wait()
+	calls.Wait()
 	requests.closeAndWait()
 	others.Wait()
 	if ended { // what the last calls had the session told goes out too
@@ -128,21 +114,23 @@ func serveLines(ctx context.Context, s *server.MCPServer, in io.Reader, out io.W
 	return err
 }
 
-// readLines dispatches each message until in ends: tools/call to the
-// workers (the reader waiting when they and the queue are full), any other
-// request on its own goroutine (one may block, such as subscriptions/listen),
-// notifications and messages that do not decode here.
-func (st *stream) readLines(ctx context.Context, in *bufio.Reader, calls chan<- json.RawMessage, requests *group) error {
+// next reads messages until one is a tools/call, which it returns for the
+// calls' pool (callpool: the reader may run it itself, else a worker; the
+// reader waits when they and the queue are full), and false at the input's
+// end (nil) or ctx's (its error). It runs any other request on its own
+// goroutine (one may block, such as subscriptions/listen), and handles
+// notifications and messages that do not decode itself.
+func (st *stream) next(ctx context.Context, in *bufio.Reader, requests *group) (json.RawMessage, bool, error) {
 	for {
 		line, err := ndjson.ReadLine(in, st.limit)
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return nil, false, ctx.Err()
 		}
 		if errors.Is(err, io.EOF) {
-			return nil
+			return nil, false, nil
 		}
 		if err != nil {
-			return err
+			return nil, false, err
 		}
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
@@ -163,14 +151,10 @@ func (st *stream) readLines(ctx context.Context, in *bufio.Reader, calls chan<- 
 			}
 			st.w.send(st.s.HandleMessage(ctx, msg))
 		case head.Method == string(mcp.MethodToolsCall):
-			select {
-			case calls <- msg:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+			return msg, true, nil
 		case head.Method != "":
 			if !requests.Go(func() { st.w.send(st.s.HandleMessage(ctx, msg)) }) {
-				return ctx.Err()
+				return nil, false, ctx.Err()
 			}
 		}
 	}

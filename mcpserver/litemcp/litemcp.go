@@ -6,7 +6,8 @@
 // mcpcore's, the same as the Full build serves.
 //
 // Memory is bounded by construction: one message is at most MaxMessageBytes,
-// Workers calls run at once and Queue more wait; beyond that the reader stops
+// Workers calls run at once and Queue more wait (one more while the reader
+// runs a call itself: internal/callpool); beyond that the reader stops
 // reading, so a fast peer waits on the line instead of growing a buffer.
 package litemcp
 
@@ -24,6 +25,7 @@ import (
 	"sync"
 
 	"github.com/physmcp/physmcpd/engine"
+	"github.com/physmcp/physmcpd/internal/callpool"
 	"github.com/physmcp/physmcpd/internal/ndjson"
 	"github.com/physmcp/physmcpd/mcpserver/mcpcore"
 	"github.com/physmcp/physmcpd/promcp"
@@ -146,49 +148,33 @@ const (
 // the calls running are.
 func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	w := &writer{enc: json.NewEncoder(out)}
-	jobs := make(chan request, s.opts.Queue)
-	var wg sync.WaitGroup
-	for range s.opts.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case req, ok := <-jobs:
-					if !ok {
-						return
-					}
-					w.send(s.call(ctx, req))
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.read(ctx, bufio.NewReaderSize(in, 4096), jobs, w) }()
+	calls := callpool.Start(ctx, s.opts.Workers, s.opts.Queue, func(req request) { w.send(s.call(ctx, req)) })
+	lines := bufio.NewReaderSize(in, 4096)
+	done := calls.Read(ctx, func() (request, bool, error) { return s.next(ctx, lines, w) },
+		func() bool { return lines.Buffered() > 0 })
 	var err error
 	select {
 	case err = <-done:
-		close(jobs) // the reader was its only sender
+		calls.Close()
 	case <-ctx.Done():
 		// The reader may sit in a Read that only the end of in (closing the
 		// port, the process exiting) ends; it sends nothing more.
 	}
-	wg.Wait()
+	calls.Wait()
 	return err
 }
 
-// read dispatches every message until in ends; tools/call waits in jobs
-// (and the reader with it when jobs is full), the rest is answered at once.
-func (s *Server) read(ctx context.Context, in *bufio.Reader, jobs chan<- request, w *writer) error {
+// next reads messages until one is a tools/call, which it returns for the
+// calls' pool (callpool), and false at the input's end or ctx's (nil) or
+// when the framing breaks; it answers the rest at once.
+func (s *Server) next(ctx context.Context, in *bufio.Reader, w *writer) (request, bool, error) {
 	for {
 		line, err := ndjson.ReadLine(in, s.opts.MaxMessageBytes)
 		if errors.Is(err, io.EOF) || ctx.Err() != nil {
-			return nil
+			return request{}, false, nil
 		}
 		if err != nil {
-			return err
+			return request{}, false, err
 		}
 		if len(line) == 0 {
 			continue
@@ -203,11 +189,7 @@ func (s *Server) read(ctx context.Context, in *bufio.Reader, jobs chan<- request
 		}
 		switch req.Method {
 		case "tools/call":
-			select {
-			case jobs <- req:
-			case <-ctx.Done():
-				return nil
-			}
+			return req, true, nil
 		case "initialize":
 			w.send(s.initialize(req))
 		case "ping":
