@@ -3,7 +3,8 @@
 // with and without schema validation) built from this tree and run as
 // processes, and a bare goburrow client reading the same register from the
 // same loopback Modbus TCP device (internal/modbusfault), in this process and
-// in one of its own (bench/compare/baremodbus). Alternatives run
+// in one of its own (bench/compare/baremodbus), and for uncached reads the
+// least a Go server does for one (bench/compare/floor). Alternatives run
 // in interleaved rounds, in an order that rotates, and each ratio is the
 // median of its per-round ratios: the machine is shared and its load drifts.
 // It prints the table of docs/performance.md. bench/compare.sh runs it; the
@@ -17,6 +18,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -63,6 +65,7 @@ type bench struct {
 	dir             string
 	physmcpd, bare  string // binaries
 	bareModbus      string
+	floor           string
 	procs           []*exec.Cmd
 	rows            []row
 }
@@ -85,8 +88,8 @@ func (b *bench) run() error {
 		return err
 	}
 	defer os.RemoveAll(b.dir)
-	b.physmcpd, b.bare, b.bareModbus = filepath.Join(b.dir, "physmcpd"), filepath.Join(b.dir, "baremcp"), filepath.Join(b.dir, "baremodbus")
-	for bin, pkg := range map[string]string{b.physmcpd: "./cmd/physmcpd", b.bare: "./bench/compare/baremcp", b.bareModbus: "./bench/compare/baremodbus"} {
+	b.physmcpd, b.bare, b.bareModbus, b.floor = filepath.Join(b.dir, "physmcpd"), filepath.Join(b.dir, "baremcp"), filepath.Join(b.dir, "baremodbus"), filepath.Join(b.dir, "floor")
+	for bin, pkg := range map[string]string{b.physmcpd: "./cmd/physmcpd", b.bare: "./bench/compare/baremcp", b.bareModbus: "./bench/compare/baremodbus", b.floor: "./bench/compare/floor"} {
 		// as build.sh builds releases: static (no cgo, so no libc mapped in) and -trimpath
 		build := exec.Command("go", "build", "-trimpath", "-o", bin, pkg)
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -215,7 +218,13 @@ func (b *bench) serveBase(manifest string, extra ...string) (string, *exec.Cmd, 
 // serveBare starts baremcp with tool (and extra flags) and returns its URL
 // and process.
 func (b *bench) serveBare(toolFile string, validate bool, extra ...string) (string, *exec.Cmd, error) {
-	cmd := exec.Command(b.bare, append([]string{"-tool", toolFile, "-validate=" + strconv.FormatBool(validate)}, extra...)...)
+	return b.serveListening(b.bare, append([]string{"-tool", toolFile, "-validate=" + strconv.FormatBool(validate)}, extra...)...)
+}
+
+// serveListening starts bin (baremcp or floor), which says where it listens
+// on its first line, and returns its URL and process.
+func (b *bench) serveListening(bin string, args ...string) (string, *exec.Cmd, error) {
+	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -228,7 +237,7 @@ func (b *bench) serveBare(toolFile string, validate bool, extra ...string) (stri
 	n, _ := out.Read(line)
 	addr, ok := strings.CutPrefix(strings.TrimSpace(string(line[:n])), "listening ")
 	if !ok {
-		return "", nil, fmt.Errorf("baremcp said %q", line[:n])
+		return "", nil, fmt.Errorf("%s said %q", filepath.Base(bin), line[:n])
 	}
 	return "http://" + addr + "/mcp", cmd, nil
 }
@@ -523,22 +532,74 @@ func rawSession(url string) (func(body string) ([]byte, error), error) {
 		}
 		return out, resp.Header, err
 	}
-	_, h, err := post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"` + legacyVersion + `","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}`)
+	_, h, err := post(initializeBody)
 	if err != nil {
 		return nil, err
 	}
 	session = h.Get("Mcp-Session-Id")
-	if _, _, err := post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`); err != nil {
+	if _, _, err := post(initializedBody); err != nil {
 		return nil, err
 	}
 	return func(body string) ([]byte, error) {
 		out, _, err := post(body)
-		// A JSON-RPC answer names its result or error before its payload.
-		if err == nil && !bytes.Contains(out[:min(len(out), 128)], []byte(`"result":`)) {
-			err = fmt.Errorf("%.100s: %.200s", body, out)
-		}
-		return out, err
+		return out, answered(body, out, err)
 	}, nil
+}
+
+const (
+	initializeBody  = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"` + legacyVersion + `","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}`
+	initializedBody = `{"jsonrpc":"2.0","method":"notifications/initialized"}`
+)
+
+// answered is err, or an error when out, the answer to body, is not a
+// result: a JSON-RPC answer names its result or error before its payload.
+func answered(body string, out []byte, err error) error {
+	if err == nil && !bytes.Contains(out[:min(len(out), 128)], []byte(`"result":`)) {
+		err = fmt.Errorf("%.100s: %.200s", body, out)
+	}
+	return err
+}
+
+// rawStdio is rawSession over stdio: it starts bin with args, initializes
+// as rawSession does and returns a function that writes a request as a
+// line and reads its answer (skipping notifications), and the process.
+func (b *bench) rawStdio(bin string, args ...string) (func(body string) ([]byte, error), int, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, 0, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := b.start(cmd); err != nil {
+		return nil, 0, err
+	}
+	out := bufio.NewReaderSize(stdout, 64<<10)
+	send := func(body string) error {
+		_, err := io.WriteString(in, body+"\n")
+		return err
+	}
+	post := func(body string) ([]byte, error) {
+		if err := send(body); err != nil {
+			return nil, err
+		}
+		for {
+			line, err := out.ReadSlice('\n')
+			if err != nil || !bytes.HasPrefix(line, []byte(`{"jsonrpc":"2.0","method":`)) {
+				return line, answered(body, line, err)
+			}
+		}
+	}
+	if _, err := post(initializeBody); err != nil {
+		return nil, 0, err
+	}
+	if err := send(initializedBody); err != nil {
+		return nil, 0, err
+	}
+	return post, cmd.Process.Pid, nil
 }
 
 // timedPosts posts body(i) n times and returns the time per request, and the size of the last answer.
@@ -566,18 +627,37 @@ func timedPosts(post func(string) ([]byte, error), n int, body func(i int) strin
 // for a client in another process; a goburrow loop in this process finds it
 // awake. The in-process loop is shown beside it. With -base, the other build
 // reads in the same rounds and its ratios are shown beside the tree's.
+// The same reads by clients that decode nothing (rawSession, rawStdio) are
+// shown too, of physmcpd and of bench/compare/floor, the least a Go server
+// does for a device read: what is left above the floor is physmcpd's, what
+// the floor adds over goburrow's process is Go's and the kernel's.
 func (b *bench) uncachedReads(dev *modbusfault.TCP) error {
 	const n = 200
-	tree, err := b.physmcpdArms(b.physmcpd, "read", n)
-	if err != nil {
-		return err
+	// The servers, in the arms' order: physmcpd (0) and baremcp (1) with
+	// mcp-go's clients, physmcpd (2) and the floor (3) with clients that
+	// decode nothing, then the -base build (4).
+	servers := make([]*uncachedArms, 0, 5)
+	for _, start := range []func() (*uncachedArms, error){
+		func() (*uncachedArms, error) { return b.physmcpdArms(b.physmcpd, "read", n) },
+		func() (*uncachedArms, error) { return b.bareArms(dev.Addr(), n) },
+		func() (*uncachedArms, error) { return b.rawPhysmcpdArms(n) },
+		func() (*uncachedArms, error) { return b.floorArms(dev.Addr(), n) },
+		func() (*uncachedArms, error) {
+			if b.base == "" {
+				return nil, nil
+			}
+			return b.physmcpdArms(b.base, "read-base", n)
+		},
+	} {
+		s, err := start()
+		if err != nil {
+			return err
+		}
+		if s != nil {
+			defer s.close()
+			servers = append(servers, s)
+		}
 	}
-	defer tree.stdio.Close()
-	bareMCP, err := b.bareArms(dev.Addr(), n)
-	if err != nil {
-		return err
-	}
-	defer bareMCP.stdio.Close()
 	h := gb.NewTCPClientHandler(dev.Addr())
 	h.Timeout, h.SlaveId = time.Second, 1
 	defer h.Close()
@@ -595,19 +675,9 @@ func (b *bench) uncachedReads(dev *modbusfault.TCP) error {
 	if err != nil {
 		return err
 	}
-	// Arms: 0 goburrow's process, 1 goburrow here, then four per server
-	// (HTTP uncached, HTTP cached, stdio uncached, stdio cached): physmcpd
-	// from 2, baremcp from 6, the -base build from 10.
+	// Arms: 0 goburrow's process, 1 goburrow here, then each server's four
+	// (HTTP uncached, HTTP cached, stdio uncached, stdio cached) from 2+4s.
 	var apartCPU []usage
-	servers := []*uncachedArms{tree, bareMCP}
-	if b.base != "" {
-		base, err := b.physmcpdArms(b.base, "read-base", n)
-		if err != nil {
-			return err
-		}
-		defer base.stdio.Close()
-		servers = append(servers, base)
-	}
 	arms := []func() (float64, error){withCPU(apartPid, n, apart, &apartCPU), goburrow}
 	for _, s := range servers {
 		arms = append(arms, s.arms...)
@@ -627,10 +697,14 @@ func (b *bench) uncachedReads(dev *modbusfault.TCP) error {
 	if err != nil {
 		return err
 	}
+	uncached := func(s, t int) int { return 2 + 4*s + 2*t }
 	// ratio is (uncached − cached) ÷ goburrow's process of server s over transport t.
 	ratio := func(s, t int) float64 {
-		live := 2 + 4*s + 2*t
+		live := uncached(s, t)
 		return medianOf(ns, func(r []float64) float64 { return (r[live] - r[live+1]) / r[0] })
+	}
+	times := func(s, t int) string {
+		return fmt.Sprintf("uncached %s, cached %s", us(medianOf(ns, col(uncached(s, t)))), us(medianOf(ns, col(uncached(s, t)+1))))
 	}
 	// cpu is what server s's uncached read over transport t adds to a cached one.
 	cpu := func(s, t int) string {
@@ -643,15 +717,17 @@ func (b *bench) uncachedReads(dev *modbusfault.TCP) error {
 		return fmt.Sprintf("%s, %.1f thread runs", us(medianUse(u, cpuOf)), medianUse(u, runsOf))
 	}
 	for t, transport := range []string{"HTTP", "stdio"} {
-		live, cached := 2+2*t, 3+2*t
 		same := fmt.Sprintf("; in the same rounds, a bare mcp-go server reading with goburrow in its handler: %.2f×, CPU uncached − cached %s", ratio(1, t), cpu(1, t))
+		same += fmt.Sprintf("; with clients that decode nothing: physmcpd %.2f× (%s; CPU uncached − cached %s), the floor, a Go server that decodes nothing and reads with goburrow (bench/compare/floor), %.2f× (%s; CPU uncached − cached %s)",
+			ratio(2, t), times(2, t), cpu(2, t), ratio(3, t), times(3, t), cpu(3, t))
 		if b.base != "" {
-			same += fmt.Sprintf("; %s: %.2f× (uncached %s, cached %s), CPU %s, a cached read %s against physmcpd's %s", filepath.Base(b.base), ratio(2, t),
-				us(medianOf(ns, col(10+2*t))), us(medianOf(ns, col(11+2*t))), cpu(2, t), cachedCPU(2, t), cachedCPU(0, t))
+			same += fmt.Sprintf("; %s: %.2f× (%s), CPU %s, a cached read %s against physmcpd's %s", filepath.Base(b.base), ratio(4, t),
+				times(4, t), cpu(4, t), cachedCPU(4, t), cachedCPU(0, t))
 		}
-		b.add(fmt.Sprintf("uncached Modbus TCP read over %s: (uncached − cached) ÷ goburrow in a process of its own (goburrow %s, uncached %s, cached %s; "+
+		live, cached := uncached(0, t), uncached(0, t)+1
+		b.add(fmt.Sprintf("uncached Modbus TCP read over %s: (uncached − cached) ÷ goburrow in a process of its own (goburrow %s, %s; "+
 			"÷ goburrow in the device's process, %s: %.2f×; CPU per read: physmcpd's uncached − cached %s, goburrow's process %s%s)", transport,
-			us(medianOf(ns, col(0))), us(medianOf(ns, col(live))), us(medianOf(ns, col(cached))), us(medianOf(ns, col(1))),
+			us(medianOf(ns, col(0))), times(0, t), us(medianOf(ns, col(1))),
 			medianOf(ns, func(r []float64) float64 { return (r[live] - r[cached]) / r[1] }),
 			cpu(0, t), fmt.Sprintf("%s, %.1f thread runs", us(medianUse(apartCPU, cpuOf)), medianUse(apartCPU, runsOf)), same),
 			fmt.Sprintf("%.2f×", ratio(0, t)), "≤ 1.1×", b.rounds)
@@ -665,11 +741,11 @@ func (b *bench) uncachedReads(dev *modbusfault.TCP) error {
 type uncachedArms struct {
 	arms  []func() (float64, error)
 	cpu   [4][]usage
-	stdio *client.Client // closing it ends the stdio server
+	close func() // ends a stdio server the bench does not stop itself
 }
 
 // physmcpdArms starts bin over HTTP and over stdio, each with a state
-// directory named after state.
+// directory named after state, with mcp-go's client.
 func (b *bench) physmcpdArms(bin, state string, n int) (*uncachedArms, error) {
 	tree := b.physmcpd
 	b.physmcpd = bin
@@ -682,12 +758,16 @@ func (b *bench) physmcpdArms(bin, state string, n int) (*uncachedArms, error) {
 	if err != nil {
 		return nil, err
 	}
-	stdioC, stdioCmd, err := connectStdio(bin, "serve", "--manifest", filepath.Join(b.dir, "read.yml"), "--policy", filepath.Join(b.dir, "policy.yml"),
-		"--stdio", "--state-dir", filepath.Join(b.dir, "state-"+state+"-stdio"), "--log-level", "error")
+	stdioC, stdioCmd, err := connectStdio(bin, b.stdioArgs(state)...)
 	if err != nil {
 		return nil, err
 	}
-	return newUncachedArms(httpC, httpCmd.Process.Pid, stdioC, stdioCmd.Process.Pid, "read_level", n), nil
+	return clientArms(httpC, httpCmd.Process.Pid, stdioC, stdioCmd.Process.Pid, "read_level", n), nil
+}
+
+func (b *bench) stdioArgs(state string) []string {
+	return []string{"serve", "--manifest", filepath.Join(b.dir, "read.yml"), "--policy", filepath.Join(b.dir, "policy.yml"),
+		"--stdio", "--state-dir", filepath.Join(b.dir, "state-"+state+"-stdio"), "--log-level", "error"}
 }
 
 // bareArms starts baremcp (validation off) over HTTP and over stdio with
@@ -717,17 +797,65 @@ func (b *bench) bareArms(device string, n int) (*uncachedArms, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newUncachedArms(httpC, httpCmd.Process.Pid, stdioC, stdioCmd.Process.Pid, "read_level", n), nil
+	return clientArms(httpC, httpCmd.Process.Pid, stdioC, stdioCmd.Process.Pid, "read_level", n), nil
 }
 
-func newUncachedArms(httpC *client.Client, httpPid int, stdioC *client.Client, stdioPid int, tool string, n int) *uncachedArms {
-	u := &uncachedArms{stdio: stdioC}
-	for i, a := range []struct {
-		c    *client.Client
-		pid  int
-		tool string
-	}{{httpC, httpPid, tool + "_live"}, {httpC, httpPid, tool}, {stdioC, stdioPid, tool + "_live"}, {stdioC, stdioPid, tool}} {
-		u.arms = append(u.arms, withCPU(a.pid, n, calls([]*client.Client{a.c}, a.tool, n), &u.cpu[i]))
+// rawPhysmcpdArms is physmcpdArms (the tree's build) with clients that
+// decode nothing: rawSession and rawStdio.
+func (b *bench) rawPhysmcpdArms(n int) (*uncachedArms, error) {
+	url, httpCmd, err := b.serveHTTP("read", "--state-dir", filepath.Join(b.dir, "state-raw"))
+	if err != nil {
+		return nil, err
+	}
+	return b.rawArms(url, httpCmd.Process.Pid, n, b.physmcpd, b.stdioArgs("raw")...)
+}
+
+// floorArms starts bench/compare/floor over HTTP and over stdio on device,
+// with clients that decode nothing.
+func (b *bench) floorArms(device string, n int) (*uncachedArms, error) {
+	url, httpCmd, err := b.serveListening(b.floor, "-modbus", device)
+	if err != nil {
+		return nil, err
+	}
+	return b.rawArms(url, httpCmd.Process.Pid, n, b.floor, "-modbus", device, "-stdio")
+}
+
+// rawArms is the four arms over a raw session to url (the server httpPid)
+// and rawStdio to stdioBin started with stdioArgs.
+func (b *bench) rawArms(url string, httpPid, n int, stdioBin string, stdioArgs ...string) (*uncachedArms, error) {
+	httpPost, err := rawSession(url)
+	if err != nil {
+		return nil, err
+	}
+	stdioPost, stdioPid, err := b.rawStdio(stdioBin, stdioArgs...)
+	if err != nil {
+		return nil, err
+	}
+	var size int
+	return newUncachedArms([2]int{httpPid, stdioPid}, "read_level", n, func(transport int, tool string) func() (float64, error) {
+		return timedPosts([]func(string) ([]byte, error){httpPost, stdioPost}[transport], n, func(i int) string {
+			return `{"jsonrpc":"2.0","id":` + strconv.Itoa(i+1) + `,"method":"tools/call","params":{"name":"` + tool + `","arguments":{}}}`
+		}, &size)
+	}, func() {}), nil
+}
+
+// clientArms is the four arms over mcp-go clients.
+func clientArms(httpC *client.Client, httpPid int, stdioC *client.Client, stdioPid int, tool string, n int) *uncachedArms {
+	return newUncachedArms([2]int{httpPid, stdioPid}, tool, n, func(transport int, tool string) func() (float64, error) {
+		return calls([]*client.Client{[]*client.Client{httpC, stdioC}[transport]}, tool, n)
+	}, func() { _ = stdioC.Close() })
+}
+
+// newUncachedArms makes the four arms of the servers pids (HTTP, stdio)
+// from arm(transport, tool): tool_live and tool over each transport.
+func newUncachedArms(pids [2]int, tool string, n int, arm func(transport int, tool string) func() (float64, error), close func()) *uncachedArms {
+	u := &uncachedArms{close: close}
+	for i := range u.cpu {
+		transport, name := i/2, tool
+		if i%2 == 0 {
+			name += "_live"
+		}
+		u.arms = append(u.arms, withCPU(pids[transport], n, arm(transport, name), &u.cpu[i]))
 	}
 	return u
 }
