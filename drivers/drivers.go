@@ -107,6 +107,12 @@ var (
 	// the engine can settle the outcome by reading the device instead.
 	// A write that returns any other error was not applied.
 	ErrInDoubt = errors.New("write outcome unknown")
+	// ErrNotSent: a write certainly did not start (its deadline passed, or
+	// it was cancelled, while it waited for the bus, or the read of a
+	// read-modify-write failed). It is not applied, whatever else the error
+	// wraps (ErrTimeout, context.DeadlineExceeded), unless it wraps
+	// ErrInDoubt too.
+	ErrNotSent = errors.New("not sent")
 )
 
 // Value is a capability value as clients see it: float64, int64, bool or string.

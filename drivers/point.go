@@ -221,7 +221,7 @@ func (p *modbusPoint) Write(ctx context.Context, v Value) error {
 		defer lockRegister(p.bus, uint16(p.b.Unit), p.b.Address)()
 		regs, err := p.readRegisters(ctx)
 		if err != nil {
-			return err
+			return fmt.Errorf("%w: %w", ErrNotSent, err)
 		}
 		reg, err := p.enc.EncodeBit(v, regs[0])
 		if err != nil {
@@ -332,7 +332,7 @@ func (p *i2cPoint) Write(ctx context.Context, v Value) error {
 		defer lockRegister(p.bus, p.b.Address, uint16(p.b.Register))()
 		var err error
 		if current, err = p.readRaw(ctx); err != nil {
-			return err
+			return fmt.Errorf("%w: %w", ErrNotSent, err)
 		}
 	}
 	data, err := p.enc.Encode(v, current)

@@ -412,10 +412,13 @@ func outcomeWarning(err error) string {
 
 // inDoubt says whether a failed write may nevertheless have been applied:
 // the transport says so, or the deadline passed or the driver panicked with
-// the write possibly under way.
+// the write possibly under way, unless the transport says it never started.
 func inDoubt(err error) bool {
-	return errors.Is(err, drivers.ErrInDoubt) || errors.Is(err, drivers.ErrTimeout) ||
-		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrDriverPanic)
+	if errors.Is(err, drivers.ErrInDoubt) {
+		return true
+	}
+	return !errors.Is(err, drivers.ErrNotSent) && (errors.Is(err, drivers.ErrTimeout) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrDriverPanic))
 }
 
 // acknowledged says the device answered the write with exception 5

@@ -2,8 +2,11 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/physmcp/physmcpd/drivers"
@@ -324,5 +327,47 @@ func TestDisjointFieldsOfARegisterDoNotSupersedeEachOther(t *testing.T) {
 	}
 	if retry := r.do(t, operator, "do_lamp", true, "lamp"); retry.Status != promcp.StatusSuccess || plc.applied.Load() != 2 {
 		t.Fatalf("retry of the lost lamp bit after the horn bit's write = %+v, %d writes applied; want confirmed and 2", retry, plc.applied.Load())
+	}
+}
+
+// slowReads fails the nth read from now with a timeout, as an adapter whose
+// clock is stretched too long; writes go through and are counted.
+type slowReads struct {
+	drivers.I2CBus
+	nth, writes atomic.Int32
+}
+
+func (s *slowReads) Tx(ctx context.Context, addr uint16, w, r []byte) error {
+	if len(r) > 0 && s.nth.Add(-1) == 0 {
+		return fmt.Errorf("%w: clock stretched too long", drivers.ErrTimeout)
+	}
+	if len(r) == 0 {
+		s.writes.Add(1)
+	}
+	return s.I2CBus.Tx(ctx, addr, w, r)
+}
+
+// A field's write whose read-modify-write read timed out never started: it
+// is answered as not applied (not in doubt, not charged), and a retry with
+// the key writes it, once.
+func TestFieldWriteWhoseReadTimedOutWasNotSent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fields.manifest.yml")
+	if err := os.WriteFile(path, []byte(fieldsManifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := newRigFiles(t, path, "")
+	wire := &slowReads{I2CBus: r.buses["i2c"].(drivers.I2CBus)}
+	e, err := engine.New(r.e.Manifest(), r.e.Policy(), map[string]drivers.Bus{"i2c": wire, "mb": r.buses["mb"]}, engine.Options{Now: r.clock.Now, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.e = e
+	wire.nth.Store(2) // the value before, then the read of the read-modify-write
+	resp := r.do(t, operator, "do_low_nibble", 5, "low")
+	if resp.Status != promcp.StatusFailed || !strings.Contains(resp.Reason, "nothing was applied") || wire.writes.Load() != 0 {
+		t.Fatalf("do_low_nibble with its read timed out = %+v (%d writes), want not applied and none", resp, wire.writes.Load())
+	}
+	if retry := r.do(t, operator, "do_low_nibble", 5, "low"); retry.Status != promcp.StatusSuccess || wire.writes.Load() != 1 {
+		t.Fatalf("retry = %+v (%d writes), want applied once", retry, wire.writes.Load())
 	}
 }

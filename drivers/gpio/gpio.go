@@ -307,7 +307,7 @@ func (l *Line) Write(ctx context.Context, level bool) error {
 		return fmt.Errorf("%s: %w", l.describe(), drivers.ErrNotWritable)
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", drivers.ErrNotSent, err)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

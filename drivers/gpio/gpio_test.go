@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/physmcp/physmcpd/drivers"
@@ -384,5 +385,16 @@ func TestFailedSetIsInDoubtUnlessRefusedBeforeTheDriver(t *testing.T) {
 		if want := map[bool]string{true: "[false true]", false: "[false]"}[c.applied]; fmt.Sprint(k.lines[0].driven) != want {
 			t.Errorf("set failing with %v: levels driven %v, want %s (sent once)", c.err, k.lines[0].driven, want)
 		}
+	}
+	// a call that ended before the ioctl did not set the line
+	k := newFakeKernel("RELAY")
+	l, err := k.chip().Line("RELAY", 0, drivers.LineConfig{Direction: manifest.DirOutput})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer stop()
+	if err := l.Write(ctx, true); !errors.Is(err, drivers.ErrNotSent) || errors.Is(err, drivers.ErrInDoubt) || fmt.Sprint(k.lines[0].driven) != "[false]" {
+		t.Errorf("write after its deadline = %v, levels %v; want not sent, nothing driven", err, k.lines[0].driven)
 	}
 }

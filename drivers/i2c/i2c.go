@@ -155,7 +155,7 @@ func (b *Bus) Tx(ctx context.Context, addr uint16, w, r []byte) error {
 	select {
 	case b.lock <- struct{}{}:
 	case <-ctx.Done():
-		return fail(0, ctxError(ctx.Err(), "while waiting for the bus"))
+		return fail(0, notSent(ctxError(ctx.Err(), "while waiting for the bus")))
 	}
 	defer func() { <-b.lock }()
 	if b.dev == nil {
@@ -178,7 +178,7 @@ func (b *Bus) Tx(ctx context.Context, addr uint16, w, r []byte) error {
 	for attempts < tries {
 		if ctx.Err() != nil {
 			if attempts == 0 {
-				return fail(0, ctxError(ctx.Err(), "before the transfer started"))
+				return fail(0, notSent(ctxError(ctx.Err(), "before the transfer started")))
 			}
 			break
 		}
@@ -216,6 +216,9 @@ func (b *Bus) gone(err error) bool {
 func adapterGone(err error) bool {
 	return strings.HasSuffix(err.Error(), ": "+syscall.ENODEV.Error())
 }
+
+// notSent marks err, which came before any transfer started.
+func notSent(err error) error { return fmt.Errorf("%w: %w", drivers.ErrNotSent, err) }
 
 func ctxError(err error, what string) error {
 	if errors.Is(err, context.DeadlineExceeded) {

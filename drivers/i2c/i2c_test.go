@@ -8,6 +8,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"periph.io/x/conn/v3/i2c"
 	"periph.io/x/conn/v3/i2c/i2ctest"
@@ -112,12 +113,21 @@ func TestFailedWriteIsInDoubtAndNotRepeated(t *testing.T) {
 			t.Errorf("%s: the write was tried %d times with retries 3, want once", msg, tries)
 		}
 	}
+	// Its deadline passed while another held the bus: never started, so
+	// not sent (though a timeout), not in doubt.
+	b := New("i2c x", &flaky{}, 3)
+	b.lock <- struct{}{}
+	past, stop := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer stop()
+	if err := b.Tx(past, 0x20, []byte{1, 0x71}, nil); !errors.Is(err, drivers.ErrNotSent) || !errors.Is(err, drivers.ErrTimeout) || errors.Is(err, drivers.ErrInDoubt) {
+		t.Errorf("write whose deadline passed waiting for the bus = %v, want a timeout, not sent, not in doubt", err)
+	}
 	// Cancelled before the transfer: never started, so not in doubt.
 	f := &flaky{}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	err := New("i2c x", f, 3).Tx(ctx, 0x20, []byte{1, 0x71}, nil)
-	if !errors.Is(err, context.Canceled) || errors.Is(err, drivers.ErrInDoubt) || f.n != 0 {
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, drivers.ErrNotSent) || errors.Is(err, drivers.ErrInDoubt) || f.n != 0 {
 		t.Fatalf("cancelled write = %v after %d transfers, want cancelled, not in doubt, none", err, -f.n)
 	}
 }
