@@ -65,35 +65,60 @@ type Config struct {
 // through other peers and a TCP ping, all within the Interval: a failed probe
 // is several missed heartbeats at once, and memberlist marks the peer suspect
 // after the first one.
-// PhysMCP's "3 misses → suspected" is therefore a bound, SuspectWithin =
+// PhysMCP's "3 misses → suspected" is therefore a duration, SuspectWithin =
 // 3·Interval from the death to the first failed probe, not a counter.
+// It is what the n−1 probers usually achieve, not a bound: each probes its
+// n−1 peers once per round, in an order it shuffles again every round, so a
+// given prober may come back to a peer only 2(n−1)−1 heartbeats after its
+// previous probe, and a peer that dies just after it was probed by all of
+// them is suspected SuspectAtLatest = 2(n−1)·Interval after its death (at
+// least SuspectWithin) when the last of those probes fails.
 // PhysMCP's "5 misses → dead" is the suspicion timeout: a suspect that does
 // not refute within DeadAfter = 2·Interval·max(1, log10 n) of the
 // suspicion is declared dead (SuspicionMult 2, and SuspicionMaxTimeoutMult 1
 // so that the timeout does not wait for confirmations a small mesh cannot
-// give), so dead within 5 heartbeats of the death in meshes under 10 nodes.
+// give): usually dead within 5 heartbeats of the death in meshes under 10
+// nodes, at the latest SuspectAtLatest + DeadAfter.
+//
+// News of a node (its join, its death) reaches the others by gossip within
+// a few gossip intervals, but each node passes it on only a few times
+// (memberlist's RetransmitMult), to random peers, over UDP: a node can miss
+// it, and then learns it only when it next exchanges its whole member list
+// with a random peer over TCP (memberlist's push-pull): every FullSync, the
+// first time between FullSync and 2·FullSync after it started. With
+// memberlist's LAN default of 30 s, a node that missed a join went without
+// that peer for 30 to 60 s (on the in-memory network, about 1 start of 5
+// nodes in 140 left one node without one peer for 20 s), against PhysMCP's
+// convergence goal of 5 s. FullSync = 2·Interval repairs it within 4
+// heartbeats of the start and 2 afterwards, for one small TCP exchange per
+// node every 2 heartbeats.
 //
 // These bounds hold for healthy probers, whose memberlist health score
 // (Lifeguard's self-awareness) is 0; Slowed gives them at another score.
 type Timing struct {
-	Interval      time.Duration
-	ProbeTimeout  time.Duration
-	SuspectWithin time.Duration
-	DeadAfter     time.Duration
+	Interval        time.Duration
+	ProbeTimeout    time.Duration
+	SuspectWithin   time.Duration
+	SuspectAtLatest time.Duration
+	DeadAfter       time.Duration
+	FullSync        time.Duration
 }
 
 // suspicionMult sets DeadAfter to 2 heartbeats (times log10 n from 10 nodes on).
 const suspicionMult = 2
 
 // awarenessMax is memberlist's AwarenessMaxMultiplier: health scores run from
-// 0 to awarenessMax-1.
+// 0 to MaxHealthScore.
 const awarenessMax = 8
+
+// MaxHealthScore is the highest health score (Status.Health) a node reaches.
+const MaxHealthScore = awarenessMax - 1
 
 // Slowed is t as a node with memberlist health score score applies it. A
 // probe that gets no ack waits until (score+1)·Interval after it was sent,
-// not Interval, before the node suspects the peer, so SuspectWithin grows by
-// score·Interval. memberlist v0.7.0 scales neither ProbeTimeout (the direct
-// ping's wait) nor the suspicion timeout (DeadAfter).
+// not Interval, before the node suspects the peer, so SuspectWithin and
+// SuspectAtLatest grow by score·Interval. memberlist v0.7.0 scales neither
+// ProbeTimeout (the direct ping's wait) nor the suspicion timeout (DeadAfter).
 //
 // The score rises by one when the node refutes a suspicion of itself and, on
 // a failed probe, by one per relay whose nack did not arrive in time (one
@@ -108,7 +133,9 @@ const awarenessMax = 8
 // by up to 3 (its relays), so the next failure it probed was suspected up to
 // 3 heartbeats later.
 func (t Timing) Slowed(score int) Timing {
-	t.SuspectWithin += time.Duration(min(max(score, 0), awarenessMax-1)) * t.Interval
+	slower := time.Duration(min(max(score, 0), awarenessMax-1)) * t.Interval
+	t.SuspectWithin += slower
+	t.SuspectAtLatest += slower
 	return t
 }
 
@@ -116,10 +143,12 @@ func (t Timing) Slowed(score int) Timing {
 func TimingFor(hb time.Duration, n int) Timing {
 	scale := math.Max(1, math.Log10(math.Max(1, float64(n))))
 	return Timing{
-		Interval:      hb,
-		ProbeTimeout:  hb / 3,
-		SuspectWithin: 3 * hb,
-		DeadAfter:     time.Duration(float64(suspicionMult*hb) * scale),
+		Interval:        hb,
+		ProbeTimeout:    hb / 3,
+		SuspectWithin:   3 * hb,
+		SuspectAtLatest: time.Duration(max(3, 2*(n-1))) * hb,
+		DeadAfter:       time.Duration(float64(suspicionMult*hb) * scale),
+		FullSync:        2 * hb,
 	}
 }
 
@@ -159,6 +188,7 @@ func (c *Config) memberlistConfig() (*memberlist.Config, error) {
 	t := TimingFor(c.HeartbeatInterval, 1)
 	mc.ProbeInterval = t.Interval
 	mc.ProbeTimeout = t.ProbeTimeout
+	mc.PushPullInterval = t.FullSync
 	mc.SuspicionMult = suspicionMult
 	mc.SuspicionMaxTimeoutMult = 1
 	mc.AwarenessMaxMultiplier = awarenessMax

@@ -16,17 +16,29 @@ import (
 // nodes talk over a memNet in a synctest bubble, so the protocol's timers
 // run on the bubble's clock: a loaded host (which stalls all nodes of one
 // process together) cannot make a prober look slow.
+//
+// The crash is repeated in crashes bubbles, since when the probers come back
+// to the dead peer depends on their shuffled probe orders: against
+// SuspectWithin (3 HB) instead of SuspectAtLatest about 1 crash in 13 was
+// declared dead too late (5.8 s, bound 5 s).
 func TestProbingTheDeadKeepsProbersHealthy(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		if problem := probeTheDead(t); problem != "" {
-			t.Error(problem)
-		}
-	})
+	const crashes = 40
+	deaths := map[time.Duration]int{}
+	for range crashes {
+		synctest.Test(t, func(t *testing.T) {
+			dead, problem := probeTheDead(t)
+			if problem != "" {
+				t.Error(problem)
+			}
+			deaths[dead.Round(100*time.Millisecond)]++
+		})
+	}
+	t.Logf("%d crashes: declared dead after (rounded to 100 ms): %v", crashes, deaths)
 }
 
 // probeTheDead crashes one of five nodes and says what went wrong: a survivor
 // whose health score rose above 1, or a death later than the bound.
-func probeTheDead(t *testing.T) string {
+func probeTheDead(t *testing.T) (time.Duration, string) {
 	const hb = 1000 * time.Millisecond
 	keys, network := testKey(t), newMemNet()
 	defer network.close(hb)
@@ -49,16 +61,20 @@ func probeTheDead(t *testing.T) string {
 	}
 	for start := time.Now(); !healthy(); time.Sleep(5 * time.Millisecond) {
 		if time.Since(start) > 20*time.Second {
-			return "the 5 nodes were not all alive at health score 0 within 20 s"
+			var seen []string
+			for _, m := range nodes {
+				seen = append(seen, fmt.Sprintf("%s: alive %d, health %d", m.cfg.NodeID, m.Alive(""), m.ml.GetHealthScore()))
+			}
+			return 0, "the 5 nodes were not all alive at health score 0 within 20 s: " + strings.Join(seen, "; ")
 		}
 	}
 	tm := survivors[0].Timing()
-	bound := tm.SuspectWithin + tm.DeadAfter
+	bound := tm.SuspectAtLatest + tm.DeadAfter
 	killed := time.Now()
 	victim.crash()
 	highest := make([]int, len(survivors))
 	var dead time.Duration
-	waitFor(t, 10*tm.Interval, "every survivor lists node_4 dead", func() bool {
+	waitFor(t, bound+tm.Interval, "every survivor lists node_4 dead", func() bool {
 		all := true
 		for i, m := range survivors {
 			highest[i] = max(highest[i], m.ml.GetHealthScore())
@@ -70,7 +86,6 @@ func probeTheDead(t *testing.T) string {
 		}
 		return all
 	})
-	t.Logf("heartbeat %s: node_4 dead after %s (bound %s); highest health scores of the survivors meanwhile %v", hb, dead, bound, highest)
 	var problems []string
 	for _, s := range highest {
 		if s > 1 {
@@ -82,5 +97,5 @@ func probeTheDead(t *testing.T) string {
 	if dead > bound+tm.Interval/4 {
 		problems = append(problems, fmt.Sprintf("node_4 dead after %s, bound %s", dead, bound))
 	}
-	return strings.Join(problems, "; ")
+	return dead, strings.Join(problems, "; ")
 }

@@ -20,9 +20,24 @@ type memNet struct {
 	mu    sync.Mutex
 	ports map[string]*memPort
 	nodes []*Mesh
+	deaf  map[string]bool // addresses whose datagrams are lost
 }
 
-func newMemNet() *memNet { return &memNet{ports: map[string]*memPort{}} }
+func newMemNet() *memNet { return &memNet{ports: map[string]*memPort{}, deaf: map[string]bool{}} }
+
+// setDeaf loses every datagram to addr (gossip, pings, acks) while deaf;
+// streams (joins, full syncs, TCP pings) still reach it.
+func (n *memNet) setDeaf(addr string, deaf bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.deaf[addr] = deaf
+}
+
+func (n *memNet) isDeaf(addr string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.deaf[addr]
+}
 
 // start starts a node on the network; close closes it.
 func (n *memNet) start(t testing.TB, cfg Config) *Mesh {
@@ -101,7 +116,7 @@ func (p *memPort) WriteTo(b []byte, addr string) (time.Time, error) {
 
 func (p *memPort) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
 	now := time.Now()
-	if dest := p.net.find(a.Addr); dest != nil {
+	if dest := p.net.find(a.Addr); dest != nil && !p.net.isDeaf(a.Addr) {
 		select {
 		case dest.packets <- &memberlist.Packet{Buf: bytes.Clone(b), From: p.addr, Timestamp: now}:
 		default: // a full receive buffer drops it, as a socket's does

@@ -309,7 +309,9 @@ type Status struct {
 		HeartbeatMs     int64 `json:"heartbeat_interval_ms"`
 		ProbeTimeoutMs  int64 `json:"probe_timeout_ms"`
 		SuspectWithinMs int64 `json:"suspect_within_ms"`
-		DeadAfterMs     int64 `json:"dead_after_suspect_ms"`
+		// SuspectAtLatestMs bounds what SuspectWithinMs usually is.
+		SuspectAtLatestMs int64 `json:"suspect_at_latest_ms"`
+		DeadAfterMs       int64 `json:"dead_after_suspect_ms"`
 	} `json:"timing"`
 	MDNS      string `json:"mdns"`
 	Encrypted bool   `json:"encrypted"`
@@ -348,6 +350,7 @@ func (m *Mesh) Status() Status {
 	s.Timing.HeartbeatMs = t.Interval.Milliseconds()
 	s.Timing.ProbeTimeoutMs = t.ProbeTimeout.Milliseconds()
 	s.Timing.SuspectWithinMs = t.SuspectWithin.Milliseconds()
+	s.Timing.SuspectAtLatestMs = t.SuspectAtLatest.Milliseconds()
 	s.Timing.DeadAfterMs = t.DeadAfter.Milliseconds()
 	return s
 }

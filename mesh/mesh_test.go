@@ -108,7 +108,7 @@ func TestSeedDiscoveryAndFailure(t *testing.T) {
 		health := a.Status().Health
 		killed := time.Now()
 		c.crash()
-		guard := time.After(worst.SuspectWithin + worst.DeadAfter)
+		guard := time.After(worst.SuspectAtLatest + worst.DeadAfter)
 		var suspectAt, deadAt time.Duration
 		var bSuspected []State // b's states other than alive, as a saw them
 		for deadAt == 0 {
@@ -128,8 +128,8 @@ func TestSeedDiscoveryAndFailure(t *testing.T) {
 					deadAt = ev.At.Sub(killed)
 				}
 			case <-guard:
-				t.Fatalf("c not declared dead within %s (suspected within %s at health score 7, dead %s later)",
-					worst.SuspectWithin+worst.DeadAfter, worst.SuspectWithin, worst.DeadAfter)
+				t.Fatalf("c not declared dead within %s (suspected at the latest %s at health score 7, dead %s later)",
+					worst.SuspectAtLatest+worst.DeadAfter, worst.SuspectAtLatest, worst.DeadAfter)
 			}
 		}
 		at := tm.Slowed(health)
@@ -145,7 +145,7 @@ func TestSeedDiscoveryAndFailure(t *testing.T) {
 		// b lives on. A starved prober can miss b's ack (with c gone there is
 		// no relay to ask) and suspect b: b then refutes, as it does any
 		// suspicion of itself, and a sees it alive again.
-		took = waitFor(t, worst.SuspectWithin+worst.DeadAfter, "a sees b alive", func() bool { return a.Alive("") == 1 })
+		took = waitFor(t, worst.SuspectAtLatest+worst.DeadAfter, "a sees b alive", func() bool { return a.Alive("") == 1 })
 		if len(bSuspected) > 0 {
 			t.Logf("a suspected b (false positive, refuted): %v; alive again after %s", bSuspected, took)
 		}

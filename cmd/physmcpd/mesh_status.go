@@ -83,15 +83,17 @@ func printMeshStatus(w io.Writer, st mesh.Status, peers listPeers, now time.Time
 		}
 		fmt.Fprint(w, ")")
 	}
-	fmt.Fprintf(w, "\nheartbeat %d ms: suspected within %d ms, dead %d ms later; mdns %s; gossip %s\n",
-		st.Timing.HeartbeatMs, st.Timing.SuspectWithinMs, st.Timing.DeadAfterMs, st.MDNS, map[bool]string{true: "encrypted", false: "NOT encrypted"}[st.Encrypted])
+	fmt.Fprintf(w, "\nheartbeat %d ms: suspected within %d ms (at the latest %d ms), dead %d ms later; mdns %s; gossip %s\n",
+		st.Timing.HeartbeatMs, st.Timing.SuspectWithinMs, st.Timing.SuspectAtLatestMs, st.Timing.DeadAfterMs, st.MDNS,
+		map[bool]string{true: "encrypted", false: "NOT encrypted"}[st.Encrypted])
 	if st.Health == 0 {
 		fmt.Fprint(w, "health score 0: failure detection at full speed\n\n")
 	} else {
 		ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
-		slowed := mesh.Timing{Interval: ms(st.Timing.HeartbeatMs), SuspectWithin: ms(st.Timing.SuspectWithinMs)}.Slowed(st.Health)
-		fmt.Fprintf(w, "health score %d: failure detection slowed %d×, a silent peer is suspected within %d ms\n\n",
-			st.Health, st.Slowdown, slowed.SuspectWithin.Milliseconds())
+		slowed := mesh.Timing{Interval: ms(st.Timing.HeartbeatMs), SuspectWithin: ms(st.Timing.SuspectWithinMs),
+			SuspectAtLatest: ms(st.Timing.SuspectAtLatestMs)}.Slowed(st.Health)
+		fmt.Fprintf(w, "health score %d: failure detection slowed %d×, a silent peer is suspected within %d ms (at the latest %d ms)\n\n",
+			st.Health, st.Slowdown, slowed.SuspectWithin.Milliseconds(), slowed.SuspectAtLatest.Milliseconds())
 	}
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tZONE\tSTATE\tSINCE\tLAST SEEN\tENDPOINT")
