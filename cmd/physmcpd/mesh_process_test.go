@@ -76,7 +76,8 @@ func startMeshProc(t testing.TB, bin, dir, id, manifest string) *meshProc {
 	t.Helper()
 	mf := writeFile(t, dir, id+".manifest.yml", manifest)
 	p := &meshProc{id: id, log: &serveLogBuffer{}}
-	p.cmd = exec.Command(bin, "serve", "--manifest", mf, "--policy", filepath.Join(dir, "policy.yml"), "--simulate", "--http", "127.0.0.1:0")
+	// At debug level a node logs each of its full syncs (awaitMesh).
+	p.cmd = exec.Command(bin, "serve", "--manifest", mf, "--policy", filepath.Join(dir, "policy.yml"), "--simulate", "--http", "127.0.0.1:0", "--log-level", "debug")
 	p.cmd.Stderr = p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -134,12 +135,99 @@ func alivePeers(lp listPeers) int {
 }
 
 func peerState(lp listPeers, id string) mesh.State {
+	p, _ := peerOf(lp, id)
+	return p.State
+}
+
+func peerOf(lp listPeers, id string) (mesh.Peer, bool) {
 	for _, p := range lp.Peers {
 		if p.NodeID == id {
-			return p.State
+			return p, true
 		}
 	}
-	return ""
+	return mesh.Peer{}, false
+}
+
+// peerEventRE is a node's log line of a peer's change: its time, the new
+// state and the peer.
+var peerEventRE = regexp.MustCompile(`(?m)^time=(\S+) level=\S+ msg="mesh: peer (joined|alive|suspected|dead|left)" node=(\S+)`)
+
+// peerEvent is one change of a peer that a node logged.
+type peerEvent struct {
+	at          time.Time
+	state, node string
+}
+
+// peerEvents is what p logged of its peers, in order: the node's own report,
+// which a test that polls its state could miss when the host stalls the test.
+func peerEvents(t testing.TB, p *meshProc) []peerEvent {
+	t.Helper()
+	var evs []peerEvent
+	for _, m := range peerEventRE.FindAllStringSubmatch(p.log.String(), -1) {
+		at, err := time.Parse(time.RFC3339Nano, m[1])
+		if err != nil {
+			t.Fatalf("%s logged a peer change at %q: %v", p.id, m[1], err)
+		}
+		evs = append(evs, peerEvent{at, m[2], m[3]})
+	}
+	return evs
+}
+
+// fullSyncRE is a node's log line of a full sync it began with a peer
+// (memberlist's periodic push-pull; a join's names no peer).
+var fullSyncRE = regexp.MustCompile(`(?m)^time=(\S+) level=DEBUG msg="mesh: memberlist: Initiating push/pull sync with: \S`)
+
+// fullSyncs counts the full syncs p began after since.
+func fullSyncs(t testing.TB, p *meshProc, since time.Time) int {
+	t.Helper()
+	n := 0
+	for _, m := range fullSyncRE.FindAllStringSubmatch(p.log.String(), -1) {
+		at, err := time.Parse(time.RFC3339Nano, m[1])
+		if err != nil {
+			t.Fatalf("%s logged a full sync at %q: %v", p.id, m[1], err)
+		}
+		if at.After(since) {
+			n++
+		}
+	}
+	return n
+}
+
+// stuckAfter is how long awaitMesh waits for nodes that make no progress.
+const stuckAfter = time.Minute
+
+// awaitMesh polls cond until it holds. It gives up once every node of procs
+// has completed syncs full syncs since since (it began syncs+1): the mesh
+// protocol's own clock, which runs slower on a loaded host, where a
+// wall-clock budget failed the test although the nodes were only starved.
+func awaitMesh(t testing.TB, procs []*meshProc, since time.Time, syncs int, cond func() bool, what func() string) {
+	t.Helper()
+	for !cond() {
+		done := true
+		for _, p := range procs {
+			done = done && fullSyncs(t, p, since) > syncs
+		}
+		if done && !cond() {
+			t.Fatalf("not after %d full syncs of every node: %s", syncs, what())
+		}
+		if time.Since(since) > stuckAfter {
+			t.Fatalf("the nodes did not make %d full syncs each within %s: %s", syncs, stuckAfter, what())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// meshView is what each node lists, for a failure message.
+func meshView(t testing.TB, procs []*meshProc) string {
+	t.Helper()
+	var b strings.Builder
+	for _, p := range procs {
+		fmt.Fprintf(&b, "\n%s lists", p.id)
+		for _, q := range peersOf(t, p.endpoint).Peers {
+			fmt.Fprintf(&b, " %s %s since %s;", q.NodeID, q.State, q.Since.Format("15:04:05.000"))
+		}
+	}
+	return b.String()
 }
 
 // Five real physmcpd processes find each other from one seed peer, list
@@ -150,6 +238,7 @@ func TestMeshFiveProcesses(t *testing.T) {
 		t.Skip("builds physmcpd and runs five processes")
 	}
 	const hb = 500 * time.Millisecond
+	tm := mesh.TimingFor(hb, 5)
 	bin := buildBinary(t, "")
 	dir := meshDir(t)
 	zones := []string{"north", "north", "south", "south", "south"}
@@ -161,19 +250,41 @@ func TestMeshFiveProcesses(t *testing.T) {
 		procs = append(procs, startMeshProc(t, bin, dir, id, meshNodeManifest(id, zones[i-1], []string{seed.gossip}, false, hb)))
 	}
 	allStarted := time.Since(started)
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		converged := true
+	last := time.Now()
+
+	// Converged: every node has reported every other one joined (alive).
+	// Gossip usually does it within a few gossip intervals; a full sync with
+	// a peer that knows them does it even when a node missed that gossip.
+	var joinedIn time.Duration
+	awaitMesh(t, procs, last, 2, func() bool {
 		for _, p := range procs {
-			converged = converged && alivePeers(peersOf(t, p.endpoint)) == 4
+			joined := map[string]bool{}
+			for _, ev := range peerEvents(t, p) {
+				if ev.state == "joined" {
+					joined[ev.node] = true
+				}
+			}
+			if len(joined) != 4 {
+				return false
+			}
 		}
-		if converged {
-			break
+		joinedIn = time.Since(started)
+		return true
+	}, func() string {
+		return "5 nodes (seed peer only, no mDNS) did not all report the other 4 joined:" + meshView(t, procs)
+	})
+	// A node starved for longer than a probe's deadline is suspected by its
+	// peers until it refutes (docs/mesh.md): that passes.
+	awaitMesh(t, procs, time.Now(), 2, func() bool {
+		for _, p := range procs {
+			if alivePeers(peersOf(t, p.endpoint)) != 4 {
+				return false
+			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("5 nodes (seed peer only, no mDNS) did not converge within 15 s")
-		}
-	}
-	t.Logf("5 processes started in %s; all list 4 alive peers %s after start", allStarted.Round(time.Millisecond), time.Since(started).Round(time.Millisecond))
+		return true
+	}, func() string { return "5 nodes did not all list the other 4 alive at once:" + meshView(t, procs) })
+	t.Logf("5 processes started in %s; all reported the other 4 joined %s after start, and listed them alive %s after start",
+		allStarted.Round(time.Millisecond), joinedIn.Round(time.Millisecond), time.Since(started).Round(time.Millisecond))
 
 	// What node_1 lists is what each node says of itself.
 	lp := peersOf(t, seed.endpoint)
@@ -205,51 +316,65 @@ func TestMeshFiveProcesses(t *testing.T) {
 		t.Errorf("list_peers without a token: %v, want 401", err)
 	}
 
-	var out, errOut bytes.Buffer
-	if code := run([]string{"mesh", "status", "--url", seed.endpoint, "--token", meshToken}, &out, &errOut); code != 0 {
-		t.Fatalf("mesh status: exit %d: %s", code, errOut.String())
-	}
-	for _, want := range []string{"node node_1 (zone north, full)", "mesh: 5 nodes (alive 5, suspected 0, dead 0, left 0); partition none",
-		"heartbeat 500 ms", "gossip encrypted", "node_2", "node_5"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("mesh status lacks %q:\n%s", want, out.String())
+	out := meshStatusUntil(t, procs, seed.endpoint, "mesh: 5 nodes (alive 5, suspected 0, dead 0, left 0); partition none")
+	for _, want := range []string{"node node_1 (zone north, full)", "heartbeat 500 ms", "gossip encrypted", "node_2", "node_5"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("mesh status lacks %q:\n%s", want, out)
 		}
 	}
 
-	// SIGKILL node_5: node_1 must list it suspected, then dead.
+	// SIGKILL node_5: node_1 must report it suspected, then dead, within
+	// the bound at the highest health score (a starved prober's), counted
+	// in the survivors' full syncs, and hear of it at the next one. The
+	// times are logged, not checked: five processes on the wall clock miss
+	// them by however long a loaded host stalls them. The mesh package
+	// checks them on its own clock (TestProbingTheDeadKeepsProbersHealthy).
 	victim := procs[4]
 	killed := time.Now()
 	if err := victim.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	var suspected, dead time.Duration
-	for ; dead == 0; time.Sleep(20 * time.Millisecond) {
-		switch peerState(peersOf(t, seed.endpoint), victim.id) {
-		case mesh.Suspect:
-			if suspected == 0 {
-				suspected = time.Since(killed)
+	worst := tm.Slowed(mesh.MaxHealthScore)
+	syncs := int((worst.SuspectAtLatest+worst.DeadAfter)/tm.FullSync) + 2
+	var changes []peerEvent
+	awaitMesh(t, procs[:4], killed, syncs, func() bool {
+		changes = changes[:0]
+		for _, ev := range peerEvents(t, seed) {
+			if ev.node == victim.id && ev.at.After(killed) {
+				changes = append(changes, ev)
 			}
-		case mesh.Dead:
-			dead = time.Since(killed)
 		}
-		if time.Since(killed) > 20*hb {
-			t.Fatalf("node_1 did not declare node_5 dead within 20 heartbeats")
+		return len(changes) > 0 && changes[len(changes)-1].state == "dead"
+	}, func() string {
+		return fmt.Sprintf("node_1 did not report node_5 dead (changes %v):%s", changes, meshView(t, procs[:4]))
+	})
+	if len(changes) != 2 || changes[0].state != "suspected" {
+		t.Errorf("node_1 reported node_5 %v after the kill, want suspected then dead", changes)
+	} else {
+		t.Logf("heartbeat %s: node_1 reported node_5 suspected after %s (usually within %s, at the latest %s at health score 0), dead after %s (%s later)", hb,
+			changes[0].at.Sub(killed).Round(time.Millisecond), tm.SuspectWithin, tm.SuspectAtLatest, changes[1].at.Sub(killed).Round(time.Millisecond), tm.DeadAfter)
+	}
+	out = meshStatusUntil(t, procs[:4], seed.endpoint, "mesh: 4 nodes (alive 4, suspected 0, dead 1, left 0)")
+	if !regexp.MustCompile(`node_5\s+south\s+dead`).MatchString(out) {
+		t.Errorf("mesh status after the kill:\n%s", out)
+	}
+}
+
+// meshStatusUntil runs `mesh status` at endpoint until its output holds
+// counts (the peers' states, which a starved node's suspicion and
+// refutation may change for a moment) and returns that output.
+func meshStatusUntil(t testing.TB, procs []*meshProc, endpoint string, counts string) string {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	awaitMesh(t, procs, time.Now(), 2, func() bool {
+		out.Reset()
+		errOut.Reset()
+		if code := run([]string{"mesh", "status", "--url", endpoint, "--token", meshToken}, &out, &errOut); code != 0 {
+			t.Fatalf("mesh status: exit %d: %s", code, errOut.String())
 		}
-	}
-	// The bounds are logged, not checked: five processes on the wall clock
-	// miss them by however long a loaded host stalls them. The mesh
-	// package checks them on its own clock (TestProbingTheDeadKeepsProbersHealthy).
-	tm := mesh.TimingFor(hb, 5)
-	t.Logf("heartbeat %s: node_5 suspected after %s (bound %s), dead after %s (bound %s)", hb,
-		suspected.Round(time.Millisecond), tm.SuspectWithin, dead.Round(time.Millisecond), tm.SuspectWithin+tm.DeadAfter)
-	if suspected == 0 {
-		t.Errorf("node_5 went from alive to dead without being suspected")
-	}
-	out.Reset()
-	run([]string{"mesh", "status", "--url", seed.endpoint, "--token", meshToken}, &out, &errOut)
-	if !strings.Contains(out.String(), "mesh: 4 nodes (alive 4, suspected 0, dead 1, left 0)") || !regexp.MustCompile(`node_5\s+south\s+dead`).MatchString(out.String()) {
-		t.Errorf("mesh status after the kill:\n%s", out.String())
-	}
+		return strings.Contains(out.String(), counts)
+	}, func() string { return fmt.Sprintf("mesh status never said %q; last:\n%s", counts, out.String()) })
+	return out.String()
 }
 
 // Two nodes without seed peers find each other by mDNS alone.

@@ -168,10 +168,11 @@ func TestMeshRoutingProcesses(t *testing.T) {
 	if err := d.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	tm := mesh.TimingFor(hb, 5).Slowed(slices.Max(atKill))
+	tm := mesh.TimingFor(hb, 5)
+	slowest := tm.Slowed(mesh.MaxHealthScore)
 	seen := slices.Clone(atKill)
-	var blocked, dead time.Duration
-	for ; dead == 0; time.Sleep(100 * time.Millisecond) {
+	var blocked, reported time.Duration
+	for ; reported == 0; time.Sleep(100 * time.Millisecond) {
 		for i, h := range healthScores(t, survivors) {
 			seen[i] = max(seen[i], h)
 		}
@@ -181,18 +182,33 @@ func TestMeshRoutingProcesses(t *testing.T) {
 				blocked = time.Since(killed)
 			}
 			if strings.Contains(b.Reason, "dead in the mesh") {
-				dead = time.Since(killed)
+				reported = time.Since(killed)
 			}
 		}
-		if time.Since(killed) > tm.SuspectWithin+tm.DeadAfter+10*time.Second {
+		// A survivor that missed the news of the death gets it at its
+		// next full sync.
+		if time.Since(killed) > slowest.SuspectAtLatest+slowest.DeadAfter+tm.FullSync {
 			t.Fatalf("can_do on node_1 does not report the killed node_4 dead: %+v", rep.Blocked)
 		}
 	}
-	t.Logf("node_4 killed: can_do on node_1 reports it blocked (source_unreachable, device_offline) after %s, dead after %s (bound %s at health score %d; highest scores until then %v)",
-		blocked.Round(time.Millisecond), dead.Round(time.Millisecond), tm.SuspectWithin+tm.DeadAfter, slices.Max(atKill), seen)
-	// A loaded CI host gets 3 s more than the bound.
-	if slack := 3 * time.Second; dead > tm.SuspectWithin+tm.DeadAfter+slack {
-		t.Errorf("node_4 reported dead after %s, bound %s + %s at health scores %v (highest until then %v)", dead, tm.SuspectWithin+tm.DeadAfter, slack, atKill, seen)
+	// The first survivor to declare node_4 dead did so on its own
+	// suspicion's timer (a death is gossiped only once declared), DeadAfter
+	// after the first suspicion, which came when a probe of node_4 failed:
+	// at the latest SuspectAtLatest after the kill at the prober's health
+	// score. The survivors' own times of the declaration are compared with
+	// it, not when this test, which a loaded host stalls as well, saw it.
+	dead := time.Duration(0)
+	for _, p := range survivors {
+		if q, ok := peerOf(peersOf(t, p.endpoint), "node_4"); ok && q.State == mesh.Dead && (dead == 0 || q.Since.Sub(killed) < dead) {
+			dead = q.Since.Sub(killed)
+		}
+	}
+	at := tm.Slowed(slices.Max(seen))
+	t.Logf("node_4 killed: can_do on node_1 reports it blocked (source_unreachable, device_offline) after %s, dead in the mesh after %s; first declared dead after %s (bound %s at health score %d; scores at the kill %v, highest until then %v)",
+		blocked.Round(time.Millisecond), reported.Round(time.Millisecond), dead.Round(time.Millisecond), at.SuspectAtLatest+at.DeadAfter, slices.Max(seen), atKill, seen)
+	if dead <= 0 || dead > at.SuspectAtLatest+at.DeadAfter {
+		t.Errorf("node_4 first declared dead after %s, bound %s (suspected at the latest %s at health score %d, dead %s later)",
+			dead, at.SuspectAtLatest+at.DeadAfter, at.SuspectAtLatest, slices.Max(seen), at.DeadAfter)
 	}
 }
 
