@@ -30,14 +30,7 @@ func missJoin(t *testing.T) (time.Duration, string) {
 	const hb = 200 * time.Millisecond
 	keys, network := testKey(t), newMemNet()
 	defer network.close(hb)
-	start := func(name string, seeds ...string) *Mesh {
-		return network.start(t, nodeConfig(t, name, "z", keys, hb, seeds...))
-	}
-	nodes := []*Mesh{start("node_0")}
-	seed := nodes[0].Self().Addr
-	for i := 1; i < 4; i++ {
-		nodes = append(nodes, start(fmt.Sprintf("node_%d", i), seed))
-	}
+	nodes, join := network.startNodes(t, keys, hb, 4)
 	started := time.Now()
 	all := func(ms []*Mesh, n int) bool {
 		for _, m := range ms {
@@ -52,7 +45,7 @@ func missJoin(t *testing.T) (time.Duration, string) {
 
 	deaf := nodes[3]
 	network.setDeaf(deaf.Self().Addr, true)
-	late := start("node_4", seed)
+	late := join("node_4")
 	waitFor(t, 2*tm.FullSync, "node_0-2 and node_4 list each other", func() bool { return all(append(nodes[:3:3], late), 4) })
 	// Each node passes news on a few times, one gossip round after another
 	// (HB/5): after a heartbeat nobody gossips node_4's join any more.

@@ -42,14 +42,7 @@ func probeTheDead(t *testing.T) (time.Duration, string) {
 	const hb = 1000 * time.Millisecond
 	keys, network := testKey(t), newMemNet()
 	defer network.close(hb)
-	start := func(name string, seeds ...string) *Mesh {
-		return network.start(t, nodeConfig(t, name, "z", keys, hb, seeds...))
-	}
-	nodes := []*Mesh{start("node_0")}
-	seed := nodes[0].Self().Addr
-	for i := 1; i < 5; i++ {
-		nodes = append(nodes, start(fmt.Sprintf("node_%d", i), seed))
-	}
+	nodes, _ := network.startNodes(t, keys, hb, 5)
 	survivors, victim := nodes[:4], nodes[4]
 	healthy := func() bool {
 		for _, m := range nodes {

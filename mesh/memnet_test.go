@@ -3,6 +3,7 @@ package mesh
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -51,6 +52,19 @@ func (n *memNet) start(t testing.TB, cfg Config) *Mesh {
 	n.nodes = append(n.nodes, m)
 	n.mu.Unlock()
 	return m
+}
+
+// startNodes starts count nodes of zone z at heartbeat hb on the network,
+// each after the first seeded with it, and returns them and a function that
+// starts one more the same way.
+func (n *memNet) startNodes(t testing.TB, keys [][]byte, hb time.Duration, count int) (nodes []*Mesh, join func(name string) *Mesh) {
+	nodes = []*Mesh{n.start(t, nodeConfig(t, "node_0", "z", keys, hb))}
+	seed := nodes[0].Self().Addr
+	join = func(name string) *Mesh { return n.start(t, nodeConfig(t, name, "z", keys, hb, seed)) }
+	for i := 1; i < count; i++ {
+		nodes = append(nodes, join(fmt.Sprintf("node_%d", i)))
+	}
+	return nodes, join
 }
 
 // close closes every node started on the network, then lets the probes
