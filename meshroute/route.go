@@ -226,8 +226,11 @@ func roleRefusal(c promcp.Constraints, role manifest.Role) string {
 		name = string(manifest.RoleNone)
 	}
 	switch {
-	case c.MinRole == "":
+	case c.MinRole == "" && len(c.Roles) == 0:
 		return ""
+	case !manifest.ValidRole(manifest.Role(c.MinRole)):
+		// ranked below every role, it would pass them all
+		return fmt.Sprintf("the device asks role %q for the call, which is not a role here (%s)", c.MinRole, manifest.RoleNames())
 	case role == manifest.RoleViewer:
 		return "the call changes the device; the caller has role viewer here (read_* and can_do only)"
 	case c.Roles != nil && !slices.Contains(c.Roles, name):

@@ -352,3 +352,30 @@ func TestCoordinatorHoldsPeersCandidatesToTheCallersRole(t *testing.T) {
 		t.Errorf("a viewer: candidates %v, blocked %+v; want e's read alone, b and d blocked", got, rep.Blocked)
 	}
 }
+
+// A role the coordinator does not know in a peer's constraints (another
+// version's role, another spelling), or a roles list without min_role,
+// holds the candidate back: read as no requirement, they offered a
+// supervisor-only write to an operator.
+func TestCoordinatorHoldsBackARoleItDoesNotKnow(t *testing.T) {
+	ms := members{self: peer("a", "z1", mesh.Alive), peers: []mesh.Peer{peer("b", "z1", mesh.Alive, "rain"), peer("d", "z1", mesh.Alive, "rain"), peer("e", "z1", mesh.Alive, "rain")}}
+	ask := &fakeAsker{answer: func(p mesh.Peer, _ Hop) promcp.CapabilityReport {
+		rep := candidateOf(p, "do_rain_cover")
+		rep.Candidates[0].Constraints.MinRole = map[string]string{"b": "Supervisor", "d": "engineer"}[p.NodeID]
+		if p.NodeID == "e" {
+			rep.Candidates[0].Constraints.Roles = []string{"supervisor"}
+		}
+		return rep
+	}}
+	r := New(ask, Config{})
+	r.SetMembers(ms)
+	for _, role := range []manifest.Role{manifest.RoleOperator, manifest.RoleAdmin} {
+		rep, err := r.Route(context.Background(), rainArgs, nil, role, own(unserved()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Candidates) != 0 || rep.Feasible || len(rep.Blocked) != 3 || rep.Blocked[0].Permission != promcp.PermissionInsufficient {
+			t.Errorf("%s: candidates %+v, blocked %+v, feasible %v; want all three held back", role, rep.Candidates, rep.Blocked, rep.Feasible)
+		}
+	}
+}
