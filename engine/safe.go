@@ -26,21 +26,22 @@ func safeValue(c *manifest.Capability) (any, bool) { return c.SafeValueOf() }
 // right after), logged and audited with why as the reason. Every point is
 // attempted; the error joins the failures.
 func (e *Engine) ApplySafeState(ctx context.Context, why string) error {
-	_, err := e.applySafeState(ctx, why, func(*point) bool { return true }, slog.LevelError)
+	_, err := e.applySafeState(ctx, why, func(*point) bool { return true }, nil, slog.LevelError)
 	return err
 }
 
 // ApplySafeStateOn is ApplySafeState for the do points on one bus: for a bus
 // that was not open at start-up and has just opened.
 func (e *Engine) ApplySafeStateOn(ctx context.Context, bus, why string) error {
-	_, err := e.applySafeState(ctx, why, func(pt *point) bool { return pt.c.Binding.Bus == bus }, slog.LevelError)
+	_, err := e.applySafeState(ctx, why, func(pt *point) bool { return pt.c.Binding.Bus == bus }, nil, slog.LevelError)
 	return err
 }
 
 // applySafeState drives the do points on selects to their safe values, and
 // returns the tools whose write failed (nothing written, or its outcome
-// unknown), each logged at level.
-func (e *Engine) applySafeState(ctx context.Context, why string, on func(*point) bool, level slog.Level) (unsafe []string, err error) {
+// unknown), each logged at level. Once ended (nil: never) says so, the
+// points not yet driven are left alone (driveSafe).
+func (e *Engine) applySafeState(ctx context.Context, why string, on func(*point) bool, ended func() bool, level slog.Level) (unsafe []string, err error) {
 	// A running operation would write again after the safe value.
 	e.stopOperations(on, why)
 	errs := []error{e.settleInDoubt(ctx, on)}
@@ -58,7 +59,10 @@ func (e *Engine) applySafeState(ctx context.Context, why string, on func(*point)
 			continue
 		}
 		pt.site.safe.Add(1)
-		resp, err := e.driveSafe(ctx, pt, v, why, Caller{Identity: "physmcpd"}, OutcomeSafeState, level)
+		resp, err := e.driveSafe(ctx, pt, v, why, Caller{Identity: "physmcpd"}, OutcomeSafeState, ended, level)
+		if errors.Is(err, errSafeEnded) {
+			break
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", pt.tool, err))
 		}
@@ -69,10 +73,16 @@ func (e *Engine) applySafeState(ctx context.Context, why string, on func(*point)
 	return unsafe, errors.Join(errs...)
 }
 
+// errSafeEnded: the safe state ended before it wrote the point.
+var errSafeEnded = errors.New("the safe state ended before it wrote: a do_* call came meanwhile")
+
 // driveSafe writes v to pt as the safe state does, for caller, audited with
 // outcome, and answers the write as a do_* body. A failed write is logged at
-// level.
-func (e *Engine) driveSafe(ctx context.Context, pt *point, v any, why string, caller Caller, outcome string, level slog.Level) (resp promcp.DoResponse, err error) {
+// level. When ended (nil: never) says, under the write turn, that the safe
+// state is over (a do_* call re-armed the dead man), nothing is written or
+// audited and the error is errSafeEnded: a do_* takes the turn after its
+// call re-arms, so a write it made meanwhile is not undone behind its back.
+func (e *Engine) driveSafe(ctx context.Context, pt *point, v any, why string, caller Caller, outcome string, ended func() bool, level slog.Level) (resp promcp.DoResponse, err error) {
 	at, began := e.now(), time.Now()
 	value, _, verr := validate(pt.c, v)
 	if verr != nil {
@@ -81,7 +91,9 @@ func (e *Engine) driveSafe(ctx context.Context, pt *point, v any, why string, ca
 	resp = e.response(pt, "")
 	resp.Reason = why
 	defer func() {
-		e.auditDo(caller, pt, promcp.DoRequest{Value: value}, resp, outcome, at, time.Since(began))
+		if !errors.Is(err, errSafeEnded) {
+			e.auditDo(caller, pt, promcp.DoRequest{Value: value}, resp, outcome, at, time.Since(began))
+		}
 	}()
 	if l, ok := pt.site.pendingLate(e.now); ok {
 		// The in-doubt frame could land after the safe value and undo it:
@@ -101,6 +113,10 @@ func (e *Engine) driveSafe(ctx context.Context, pt *point, v any, why string, ca
 		return resp, fmt.Errorf("safe value %v not written: the register's write turn is held by another write: %w", value, err)
 	}
 	defer unlock()
+	if ended != nil && ended() {
+		e.log.Info("safe state not applied: a do_* call came meanwhile", "tool", pt.tool, "why", why)
+		return resp, errSafeEnded
+	}
 	prev, perr := e.readFresh(ctx, pt)
 	if perr == nil {
 		resp.PreviousValue = prev.value
@@ -224,13 +240,19 @@ func (e *Engine) CheckDeadMan(ctx context.Context) (fired bool, err error) {
 	before := e.deadUnsafe
 	e.deadMu.Unlock()
 	why := fmt.Sprintf("dead-man timeout: no do_* call for %s", timeout)
+	// a do_* call re-arms the dead man before it takes its write turn
+	rearmed := func() bool {
+		e.deadMu.Lock()
+		defer e.deadMu.Unlock()
+		return e.lastDo != since
+	}
 	var unsafe []string
 	switch {
 	case first:
 		e.log.Warn("no do_* call within the dead-man timeout: applying the safe state", "timeout", timeout, "silent_for", silent)
-		unsafe, err = e.applySafeState(ctx, why, func(*point) bool { return true }, slog.LevelError)
+		unsafe, err = e.applySafeState(ctx, why, func(*point) bool { return true }, rearmed, slog.LevelError)
 	case retry:
-		unsafe, _ = e.applySafeState(ctx, why, func(pt *point) bool { return slices.Contains(before, pt.tool) }, slog.LevelDebug)
+		unsafe, _ = e.applySafeState(ctx, why, func(pt *point) bool { return slices.Contains(before, pt.tool) }, rearmed, slog.LevelDebug)
 	default:
 		return false, nil
 	}

@@ -332,7 +332,7 @@ func (e *Engine) runFor(ctx context.Context, op *runningOp) (promcp.OpState, str
 	}
 	caller := Caller{Identity: op.rec.Caller, Role: op.rec.Role}
 	for {
-		r, err := e.driveSafe(context.WithoutCancel(ctx), op.pt, then, fmt.Sprintf("%s operation %s ended after %d ms", op.rec.Tool, op.rec.ID, op.rec.DurationMs), caller, OutcomeRunEnded, slog.LevelError)
+		r, err := e.driveSafe(context.WithoutCancel(ctx), op.pt, then, fmt.Sprintf("%s operation %s ended after %d ms", op.rec.Tool, op.rec.ID, op.rec.DurationMs), caller, OutcomeRunEnded, nil, slog.LevelError)
 		if err == nil {
 			e.ops.update(op, func(rec *OperationRecord) { rec.Written, rec.Writes = r.AppliedValue, 2 })
 			if failure != "" {
@@ -504,7 +504,7 @@ func (e *Engine) Cancel(ctx context.Context, caller Caller, tool string, req pro
 	e.ops.halt(op)
 	e.ops.end(op, promcp.OpCancelled, fmt.Sprintf("cancelled by %s", caller.Identity))
 	safe, _ := o.Target.SafeValueOf()
-	resp, _ := e.driveSafe(ctx, pt, safe, fmt.Sprintf("%s of operation %s by %s", tool, req.OperationID, caller.Identity), caller, OutcomeCancelled, slog.LevelError)
+	resp, _ := e.driveSafe(ctx, pt, safe, fmt.Sprintf("%s of operation %s by %s", tool, req.OperationID, caller.Identity), caller, OutcomeCancelled, nil, slog.LevelError)
 	resp.IdempotencyKey = key
 	e.compensation(pt, &resp)
 	if resp.Status != promcp.StatusFailed {
