@@ -48,7 +48,8 @@ func Start[T any](ctx context.Context, workers, queue int, run func(T)) *Pool[T]
 						return
 					}
 					// A worker may wait here with its call while the reader
-					// runs one: one call more than queue is read ahead then.
+					// runs one: up to one call a worker more than queue is
+					// read ahead then (TestReaderStopsWhenThePoolIsFull).
 					p.slots <- struct{}{}
 					p.run(call)
 					<-p.slots

@@ -6,8 +6,9 @@
 // mcpcore's, the same as the Full build serves.
 //
 // Memory is bounded by construction: one message is at most MaxMessageBytes,
-// Workers calls run at once and Queue more wait (one more while the reader
-// runs a call itself: internal/callpool); beyond that the reader stops
+// Workers calls run at once and Queue more wait (up to Workers more while
+// the reader runs calls itself, each held by a worker waiting for a slot:
+// internal/callpool); beyond that the reader stops
 // reading, so a fast peer waits on the line instead of growing a buffer.
 package litemcp
 
