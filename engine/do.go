@@ -136,6 +136,13 @@ func (e *Engine) do(ctx context.Context, caller Caller, pt *point, req promcp.Do
 		return e.refuse(pt, key, promcp.SourceUnreachable, fmt.Sprintf("%v; nothing was written", err))
 	}
 	defer unlock()
+	if marks, ok := ctx.Value(safeMarksKey{}).(map[*site]uint64); ok && safeSince(marks) {
+		// a sequence's step or undo that passed the sequence's look before
+		// the safe state came: the safe state counts its drive before it
+		// takes the turn, so one under way is seen here
+		e.log.Info("do refused: the safe state came during its sequence", "tool", tool, "key", key, "caller", caller.Identity)
+		return e.refuse(pt, key, "", safeCame+"; nothing was written")
+	}
 	if doubt != nil && doubt.Seq > 0 {
 		// A write may have come between settling and taking the turn.
 		if later, laterTool, ok := pt.site.after(doubt.Seq, e.overlapping(pt)); ok {

@@ -107,7 +107,7 @@ func (e *Engine) Sequence(ctx context.Context, caller Caller, tool string, req p
 	for i, s := range o.Steps {
 		out, ok := promcp.StepOutcome{Tool: s.Tool, Arguments: stepArguments(s), Status: string(promcp.StatusFailed), Reason: "not run: the safe state came first"}, false
 		if !safeSince(marks) {
-			out, ok = e.sequenceStep(ctx, caller, s, stepKey(key, "step", i+1))
+			out, ok = e.sequenceStep(ctx, caller, s, stepKey(key, "step", i+1), marks)
 		}
 		out.Step = i + 1
 		resp.Steps = append(resp.Steps, out)
@@ -143,7 +143,7 @@ func (e *Engine) Sequence(ctx context.Context, caller Caller, tool string, req p
 				resp.Outcome = promcp.SequenceCompensationFailed
 				break
 			}
-			c, ok := e.undoStep(undoCtx, caller, o.Steps[j], resp.Steps[j], stepKey(key, "undo", j+1))
+			c, ok := e.undoStep(undoCtx, caller, o.Steps[j], resp.Steps[j], stepKey(key, "undo", j+1), marks)
 			c.Step = j + 1
 			resp.Compensations = append(resp.Compensations, c)
 			if !ok {
@@ -208,6 +208,12 @@ func doOutcome(tool string, args map[string]any, key string, r promcp.DoResponse
 // safeCame says why a sequence stopped acting.
 const safeCame = "the safe state (start-up, shutdown, the dead man, a bus that opened) drove the device while the sequence ran"
 
+// safeMarksKey carries a sequence's safe marks to its steps' and undos'
+// do_* (not to an operation a step starts, which the safe state stops),
+// which check them under the write turn: the safe state may come between
+// the sequence's look and the write.
+type safeMarksKey struct{}
+
 // safeMarks is, for each site o's steps and undos write, how many times the
 // safe state has driven it so far.
 func (e *Engine) safeMarks(o *manifest.Operation) map[*site]uint64 {
@@ -254,11 +260,12 @@ func (e *Engine) stepMayHaveActed(out promcp.StepOutcome) bool {
 	return !ok || rec.State == promcp.OpRunning || rec.Writes > 0 || e.keyInDoubt(opWriteKey(rec.ID, rec.Writes+1))
 }
 
-// sequenceStep runs one step under key.
-func (e *Engine) sequenceStep(ctx context.Context, caller Caller, s *manifest.Step, key string) (promcp.StepOutcome, bool) {
+// sequenceStep runs one step under key; its do_* writes nothing once the
+// safe state has moved past marks.
+func (e *Engine) sequenceStep(ctx context.Context, caller Caller, s *manifest.Step, key string, marks map[*site]uint64) (promcp.StepOutcome, bool) {
 	args := stepArguments(s)
 	if s.Do != nil {
-		r := e.do(ctx, caller, e.catalog().points[s.Tool], promcp.DoRequest{Value: s.Value, IdempotencyKey: key}, nil)
+		r := e.do(context.WithValue(ctx, safeMarksKey{}, marks), caller, e.catalog().points[s.Tool], promcp.DoRequest{Value: s.Value, IdempotencyKey: key}, nil)
 		return doOutcome(s.Tool, args, key, r), r.Status != promcp.StatusFailed
 	}
 	r, err := e.Start(ctx, caller, s.Tool, promcp.StartRequest{Value: s.Value, DurationMs: s.DurationMs, IdempotencyKey: key})
@@ -289,8 +296,9 @@ func (e *Engine) sequenceStep(ctx context.Context, caller Caller, s *manifest.St
 
 // undoStep undoes a step that acted: its compensate call, else for a do_*
 // its own compensation (the previous value written back) and for a start_*
-// its do_cancel_*.
-func (e *Engine) undoStep(ctx context.Context, caller Caller, s *manifest.Step, done promcp.StepOutcome, key string) (promcp.StepOutcome, bool) {
+// its do_cancel_*. Its do_* writes nothing once the safe state has moved
+// past marks.
+func (e *Engine) undoStep(ctx context.Context, caller Caller, s *manifest.Step, done promcp.StepOutcome, key string, marks map[*site]uint64) (promcp.StepOutcome, bool) {
 	tool, args := "", map[string]any{}
 	switch {
 	case s.Compensate != nil:
@@ -308,7 +316,7 @@ func (e *Engine) undoStep(ctx context.Context, caller Caller, s *manifest.Step, 
 	default:
 		tool, args["value"] = s.Tool, done.Previous
 	}
-	r := e.do(ctx, caller, e.catalog().points[tool], promcp.DoRequest{Value: args["value"], IdempotencyKey: key}, nil)
+	r := e.do(context.WithValue(ctx, safeMarksKey{}, marks), caller, e.catalog().points[tool], promcp.DoRequest{Value: args["value"], IdempotencyKey: key}, nil)
 	return doOutcome(tool, args, key, r), r.Status != promcp.StatusFailed
 }
 
