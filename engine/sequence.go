@@ -104,7 +104,13 @@ func (e *Engine) Sequence(ctx context.Context, caller Caller, tool string, req p
 	resp := e.sequenceAnswer(o, key)
 	marks := e.safeMarks(o)
 	failed := -1
-	for i, s := range o.Steps {
+	// Interrupted by a restart after it began undoing, it is not run
+	// forward: the steps it undid would replay as done, the rest act.
+	undoing, run := found && e.undoBegun(key, len(o.Steps)), o.Steps
+	if undoing {
+		run = nil
+	}
+	for i, s := range run {
 		out, ok := promcp.StepOutcome{Tool: s.Tool, Arguments: stepArguments(s), Status: string(promcp.StatusFailed), Reason: "not run: the safe state came first"}, false
 		if !safeSince(marks) {
 			out, ok = e.sequenceStep(ctx, caller, s, stepKey(key, "step", i+1), marks)
@@ -117,10 +123,16 @@ func (e *Engine) Sequence(ctx context.Context, caller Caller, tool string, req p
 		}
 		resp.SideEffects = append(resp.SideEffects, stepSideEffects(s)...)
 	}
-	if failed < 0 {
+	switch {
+	case undoing:
+		failed = 0 // for the record's state
+		resp.Outcome = promcp.SequenceCompensationFailed
+		resp.Reason = fmt.Sprintf("physmcpd stopped while this sequence (started %s) was undoing its steps after one failed, "+
+			"so nothing more was done: the device may be left between states; read before acting", promcp.Time(rec.Started))
+	case failed < 0:
 		resp.Status, resp.Outcome = promcp.StatusSuccess, promcp.SequenceCompleted
 		resp.Compensable, resp.CompensationHint = e.sequenceUndo(o, resp.Steps)
-	} else {
+	default:
 		n := failed + 1
 		resp.FailedStep = &n
 		bad := resp.Steps[failed]
@@ -176,6 +188,19 @@ func (e *Engine) Sequence(ctx context.Context, caller Caller, tool string, req p
 	})
 	e.log.Info("sequence ended", "tool", tool, "key", key, "outcome", resp.Outcome, "failed_step", resp.FailedStep)
 	return resp, nil
+}
+
+// undoBegun says whether an undo of sequence key (of n steps) has been
+// recorded: a do_* undo records its intent before it writes. A do_cancel_*
+// undo records its outcome only after its write, so a restart between the
+// two is not seen.
+func (e *Engine) undoBegun(key string, n int) bool {
+	for j := 1; j <= n; j++ {
+		if _, ok := e.idem.Load(stepKey(key, "undo", j)); ok {
+			return true
+		}
+	}
+	return false
 }
 
 func (e *Engine) sequenceAnswer(o *manifest.Operation, key string) promcp.SequenceResponse {
