@@ -2,6 +2,8 @@ package engine_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -89,5 +91,80 @@ func TestSequenceInterruptedWhileUndoingIsNotRunForward(t *testing.T) {
 	replay, _ := e.Sequence(ctx, operator, "do_changeover", promcp.SequenceRequest{IdempotencyKey: "seq-r"})
 	if replay.Timestamp != again.Timestamp {
 		t.Errorf("a further retry answered %+v, want the retry's answer replayed", replay)
+	}
+}
+
+// A sequence interrupted by a restart whose points the safe state has
+// driven since (start-up) is not run forward on its retry either: its steps
+// that acted would replay as done though the safe state undid them. Here
+// do_pump_then_valve stops (physmcpd with it) while step 2 (the valve) is
+// on the wire; the restarted physmcpd applies its start-up safe state (the
+// pump off). Before, the retry replayed step 1 (pump on) as done, wrote
+// the valve and answered completed, with the pump off.
+func TestSequenceInterruptedIsNotRunForwardAfterTheSafeState(t *testing.T) {
+	base, err := os.ReadFile("testdata/operations.manifest.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "ops.manifest.yml")
+	seq := `
+  - name: pump_then_valve
+    kind: sequence
+    description: Start the pump, then open the valve.
+    semantic_tags: [pump, valve]
+    steps:
+      - {tool: do_pump, value: true}
+      - {tool: do_valve_command, value: 50}
+`
+	if err := os.WriteFile(path, append(base, seq...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, diags := manifest.Load(path)
+	if m == nil || diags.HasErrors() {
+		t.Fatalf("manifest: %s", diags)
+	}
+	buses, err := drivers.OpenAll(context.Background(), m, nil, sim.NewOpener(sim.Options{}), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wire := &busLog{ModbusBus: buses["mb"].(drivers.ModbusBus)}
+	h, wrap := newHoldBus()
+	t.Cleanup(h.release)
+	dir := t.TempDir()
+	open := func(bus drivers.Bus) (*engine.Engine, *state.Store) {
+		s, err := state.Open(dir, nil, quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := engine.New(m, nil, map[string]drivers.Bus{"mb": bus}, engine.Options{Logger: quiet, Idempotency: s, Limits: s, Operations: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e, s
+	}
+	ctx := context.Background()
+	first, s := open(wrap(wire))
+	h.arm("reg2=") // step 2 stays on the wire: physmcpd stops meanwhile
+	go func() {
+		_, _ = first.Sequence(ctx, operator, "do_pump_then_valve", promcp.SequenceRequest{IdempotencyKey: "seq-s"})
+	}()
+	<-h.held
+	s.Close()
+
+	e, s := open(wire)
+	defer s.Close()
+	if err := e.ApplySafeState(ctx, "start-up"); err != nil {
+		t.Fatal(err)
+	}
+	before := wire.log()
+	again, err := e.Sequence(ctx, operator, "do_pump_then_valve", promcp.SequenceRequest{IdempotencyKey: "seq-s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := wire.log(); !slices.Equal(got, before) {
+		t.Errorf("the retry wrote %v after the restart's safe state, want nothing", got[len(before):])
+	}
+	if again.Outcome != promcp.SequenceCompensationFailed || !strings.Contains(again.Reason, "safe state") {
+		t.Errorf("retry after the restart: outcome %s, reason %q; want compensation_failed naming the safe state", again.Outcome, again.Reason)
 	}
 }

@@ -104,10 +104,19 @@ func (e *Engine) Sequence(ctx context.Context, caller Caller, tool string, req p
 	resp := e.sequenceAnswer(o, key)
 	marks := e.safeMarks(o)
 	failed := -1
-	// Interrupted by a restart after it began undoing, it is not run
-	// forward: the steps it undid would replay as done, the rest act.
-	undoing, run := found && e.undoBegun(key, len(o.Steps)), o.Steps
-	if undoing {
+	// Interrupted by a restart, it is not run forward once it had begun
+	// undoing, or once the safe state has driven its points since (in this
+	// process: after the restart): the steps undone would replay as done,
+	// and the rest act.
+	stopped, run := "", o.Steps
+	switch {
+	case !found:
+	case e.undoBegun(key, len(o.Steps)):
+		stopped = "was undoing its steps after one failed"
+	case drivenSince(marks):
+		stopped = "ran, and the safe state has driven its points since"
+	}
+	if stopped != "" {
 		run = nil
 	}
 	for i, s := range run {
@@ -124,11 +133,11 @@ func (e *Engine) Sequence(ctx context.Context, caller Caller, tool string, req p
 		resp.SideEffects = append(resp.SideEffects, stepSideEffects(s)...)
 	}
 	switch {
-	case undoing:
+	case stopped != "":
 		failed = 0 // for the record's state
 		resp.Outcome = promcp.SequenceCompensationFailed
-		resp.Reason = fmt.Sprintf("physmcpd stopped while this sequence (started %s) was undoing its steps after one failed, "+
-			"so nothing more was done: the device may be left between states; read before acting", promcp.Time(rec.Started))
+		resp.Reason = fmt.Sprintf("physmcpd stopped while this sequence (started %s) %s, "+
+			"so nothing more was done: the device may be left between states; read before acting", promcp.Time(rec.Started), stopped)
 	case failed < 0:
 		resp.Status, resp.Outcome = promcp.StatusSuccess, promcp.SequenceCompleted
 		resp.Compensable, resp.CompensationHint = e.sequenceUndo(o, resp.Steps)
@@ -266,6 +275,17 @@ func (e *Engine) safeMarks(o *manifest.Operation) map[*site]uint64 {
 func safeSince(marks map[*site]uint64) bool {
 	for s, n := range marks {
 		if s.safe.Load() != n {
+			return true
+		}
+	}
+	return false
+}
+
+// drivenSince says whether the safe state has driven a site marked in
+// this process (a mark above zero).
+func drivenSince(marks map[*site]uint64) bool {
+	for _, n := range marks {
+		if n > 0 {
 			return true
 		}
 	}
