@@ -108,8 +108,10 @@ var (
 	// A write that returns any other error was not applied.
 	ErrInDoubt = errors.New("write outcome unknown")
 	// ErrNotSent: a write certainly did not start (its deadline passed, or
-	// it was cancelled, while it waited for the bus, or the read of a
-	// read-modify-write failed). It is not applied, whatever else the error
+	// it was cancelled, while it waited for the bus, the read of a
+	// read-modify-write failed, a Modbus connection could not be made, or
+	// no byte of the frame was handed to the connection or serial port).
+	// It is not applied, whatever else the error
 	// wraps (ErrTimeout, context.DeadlineExceeded), unless it wraps
 	// ErrInDoubt too.
 	ErrNotSent = errors.New("not sent")

@@ -25,6 +25,8 @@ type wireRig struct {
 	e   *engine.Engine
 	dev *modbusfault.Device
 	m   *manifest.Manifest
+	// wrap, when set, stands between the engine and each bus open opens.
+	wrap func(drivers.Bus) drivers.Bus
 }
 
 // wireTimeout is the buses' timeout_ms: long enough that a loaded machine
@@ -101,6 +103,11 @@ func (w *wireRig) open(t *testing.T, opts engine.Options) *engine.Engine {
 	}, nil, false)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if w.wrap != nil {
+		for name, b := range buses {
+			buses[name] = w.wrap(b)
+		}
 	}
 	opts.Logger = quiet
 	e, err := engine.New(w.m, nil, buses, opts)

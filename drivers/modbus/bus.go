@@ -17,14 +17,19 @@
 // apply to reads only. A write that failed after its frame left (no reply, a
 // garbled or mismatched reply, the link dropped, the caller gone while it was
 // on the bus) returns an error wrapping drivers.ErrInDoubt: the device may
-// have applied it, and only reading the device can tell. A write that fails
-// otherwise (connect refused, cancelled while queued) was never sent; an
-// exception reply is *drivers.ModbusException (refused, not applied), except
-// those that may come after the device acted (exceptionInDoubt), which wrap
-// drivers.ErrInDoubt too. On
-// Modbus TCP a write whose deadline passed leaves its connection listening
-// for the reply until the bus's late_write_ms has passed: the error is then
-// a *drivers.LateReply, which tells whether a late echo proved it applied.
+// have applied it, and only reading the device can tell. A request that
+// failed before any byte of it left (refused, queue full, its deadline
+// passed or it was cancelled while it waited for the bus, connect refused or
+// timed out, nothing of the frame accepted) returns an error wrapping
+// drivers.ErrNotSent: a write so was certainly not applied, even when the
+// error is a timeout. Once any byte of a frame was handed to the connection
+// or serial port, the rest may still go out: no mark. An exception reply is
+// *drivers.ModbusException (refused, not applied), except those that may
+// come after the device acted (exceptionInDoubt), which wrap
+// drivers.ErrInDoubt too. On Modbus TCP a write whose deadline passed
+// leaves its connection listening for the reply until the bus's
+// late_write_ms has passed: the error is then a *drivers.LateReply, which
+// tells whether a late echo proved it applied.
 //
 // Deadlines come from the caller's context (Deadline, Err) and are enforced
 // on the wire, so a transaction needs no timer or context of its own. A caller
@@ -151,7 +156,7 @@ func (b *Bus) Close() error {
 	}
 	b.closed = true
 	for _, r := range b.queue {
-		b.finishLocked(r, result{err: ErrClosed})
+		b.finishLocked(r, result{err: b.opError(r, notSent(ErrClosed))})
 	}
 	b.queue = nil
 	var idle chan struct{}
@@ -271,19 +276,19 @@ func (b *Bus) opError(r *request, err error) error {
 // context.
 func (b *Bus) submit(r *request, maxCount int) result {
 	if err := b.unitOK(r.unit); err != nil {
-		return result{err: b.opError(r, err)}
+		return result{err: b.opError(r, notSent(err))}
 	}
 	if r.count == 0 || int(r.count) > maxCount || len(r.bits)+len(r.regs) > maxCount {
-		return result{err: b.opError(r, fmt.Errorf("count must be 1..%d", maxCount))}
+		return result{err: b.opError(r, notSent(fmt.Errorf("count must be 1..%d", maxCount)))}
 	}
 	if r.end() > 0x10000 {
-		return result{err: b.opError(r, errors.New("range runs past address 65535"))}
+		return result{err: b.opError(r, notSent(errors.New("range runs past address 65535")))}
 	}
 	b.mu.Lock()
 	switch {
 	case b.closed:
 		b.mu.Unlock()
-		return result{err: b.opError(r, ErrClosed)}
+		return result{err: b.opError(r, notSent(ErrClosed))}
 	case !b.busy && runsItself(r.ctx):
 		b.busy = true
 		r.state = stateOnBus
@@ -292,7 +297,7 @@ func (b *Bus) submit(r *request, maxCount int) result {
 		return b.runOne(r)
 	case len(b.queue) >= queueLen:
 		b.mu.Unlock()
-		return result{err: b.opError(r, fmt.Errorf("%w (%d waiting)", ErrQueueFull, queueLen))}
+		return result{err: b.opError(r, notSent(fmt.Errorf("%w (%d waiting)", ErrQueueFull, queueLen)))}
 	}
 	r.done = make(chan result, 1)
 	b.queue = append(b.queue, r)
@@ -315,7 +320,7 @@ func (b *Bus) submit(r *request, maxCount int) result {
 	b.mu.Unlock()
 	switch state {
 	case stateQueued:
-		return result{err: b.opError(r, ctxError(r.ctx.Err(), "while waiting for the bus"))}
+		return result{err: b.opError(r, notSent(ctxError(r.ctx.Err(), "while waiting for the bus")))}
 	case stateOnBus:
 		err := ctxError(r.ctx.Err(), "while the request was on the bus")
 		if !r.kind.isRead() {
@@ -406,7 +411,7 @@ func (b *Bus) next() []*request {
 	live := b.queue[:0]
 	for _, r := range b.queue {
 		if err := r.ctx.Err(); err != nil {
-			b.finishLocked(r, result{err: b.opError(r, ctxError(err, "while waiting for the bus"))})
+			b.finishLocked(r, result{err: b.opError(r, notSent(ctxError(err, "while waiting for the bus")))})
 			continue
 		}
 		live = append(live, r)
@@ -534,7 +539,7 @@ func (b *Bus) transact(batch []*request, op *request) result {
 		deadline, live := b.attemptDeadline(batch)
 		if !live {
 			if res.err == nil {
-				res.err = ctxError(batch[0].ctx.Err(), "before the request was sent")
+				res.err = notSent(ctxError(batch[0].ctx.Err(), "before the request was sent"))
 			}
 			return res
 		}

@@ -349,8 +349,8 @@ func TestCancelledWriteIsNeverSent(t *testing.T) {
 	waitQueued(t, b, 1)
 	cancel()
 	err := <-errc
-	if !errors.Is(err, context.Canceled) || errors.Is(err, drivers.ErrInDoubt) {
-		t.Fatalf("cancelled write = %v, want cancelled and not in doubt", err)
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, drivers.ErrNotSent) || errors.Is(err, drivers.ErrInDoubt) {
+		t.Errorf("cancelled write = %v, want cancelled, not sent, not in doubt", err) // and free the bus
 	}
 	close(d.gate)
 	if _, err := b.ReadRegisters(context.Background(), 1, manifest.TableHolding, 0, 1); err != nil {
@@ -392,8 +392,8 @@ func TestQueueFullAndClose(t *testing.T) {
 		go func() { _, err := b.ReadRegisters(ctx, 1, manifest.TableHolding, uint16(i), 1); errs <- err }()
 	}
 	waitQueued(t, b, queueLen)
-	if _, err := b.ReadRegisters(ctx, 1, manifest.TableHolding, 0, 1); !errors.Is(err, ErrQueueFull) {
-		t.Fatalf("read on a full queue = %v", err)
+	if err := b.WriteRegisters(ctx, 1, 0, []uint16{1}); !errors.Is(err, ErrQueueFull) || !errors.Is(err, drivers.ErrNotSent) {
+		t.Errorf("write on a full queue = %v, want queue full, not sent", err) // and free the bus
 	}
 	closed := make(chan error)
 	go func() { closed <- b.Close() }()
@@ -404,7 +404,7 @@ func TestQueueFullAndClose(t *testing.T) {
 	}
 	failed := 0
 	for range queueLen + 1 {
-		if errors.Is(<-errs, ErrClosed) {
+		if err := <-errs; errors.Is(err, ErrClosed) && errors.Is(err, drivers.ErrNotSent) {
 			failed++
 		}
 	}
@@ -433,6 +433,51 @@ func TestRequestValidation(t *testing.T) {
 	}
 	if err := b.WriteRegisters(ctx, 1, 0, make([]uint16, 124)); err == nil {
 		t.Error("124 registers written")
+	}
+}
+
+// TestWriteWhoseDeadlinePassedBeforeTheWireWasNotSent: a write whose
+// deadline passed while another transaction held the bus, or before its
+// attempt began, or that the bus's helper found expired in the queue, never
+// left: not sent (though a timeout), not in doubt.
+func TestWriteWhoseDeadlinePassedBeforeTheWireWasNotSent(t *testing.T) {
+	notSentTimeout := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, drivers.ErrNotSent) || !errors.Is(err, drivers.ErrTimeout) || errors.Is(err, drivers.ErrInDoubt) {
+			t.Errorf("write whose deadline passed %s = %v, want a timeout, not sent, not in doubt", what, err)
+		}
+	}
+	d := &fakeDevice{gate: make(chan struct{})}
+	b := newFakeBus(t, d, settings{timeout: time.Minute, maxGap: manifest.DefaultMaxGap})
+	hog := make(chan error, 1)
+	go func() { _, err := b.ReadRegisters(context.Background(), 1, manifest.TableHolding, 0, 1); hog <- err }()
+	for d.sent() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	notSentTimeout("waiting for the bus", b.WriteRegisters(ctx, 1, 7, []uint16{1}))
+	close(d.gate)
+	if err := <-hog; err != nil {
+		t.Fatal(err)
+	}
+
+	// Idle bus: the caller runs it itself, and finds it expired.
+	notSentTimeout("before its attempt", b.WriteRegisters(ctx, 1, 7, []uint16{1}))
+
+	// The helper serving the queue finds it expired.
+	r := &request{ctx: ctx, kind: opWriteRegisters, unit: 1, table: manifest.TableHolding, addr: 7, count: 1,
+		regs: []uint16{1}, done: make(chan result, 1)}
+	b.mu.Lock()
+	b.queue, b.busy = append(b.queue, r), true
+	b.mu.Unlock()
+	if batch := b.next(); batch != nil {
+		t.Fatalf("the helper took %d expired requests", len(batch))
+	}
+	notSentTimeout("in the queue, found by the helper", (<-r.done).err)
+
+	if n := d.sent(); n != 1 {
+		t.Fatalf("%d frames sent, want 1 (the hog's read)", n)
 	}
 }
 

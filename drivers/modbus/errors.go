@@ -96,19 +96,14 @@ func exceptionInDoubt(err error) bool {
 	return errors.As(err, &me) && (me.Code == 4 || me.Code == 5 || me.Code == 11)
 }
 
-// notSentError marks a transport failure that happened before any byte of
-// the request left (connect failed, port could not be opened or flushed,
-// deadline passed first): a write that failed so was certainly not applied.
-// A failure without the mark may have come after the device got the request.
-type notSentError struct{ err error }
-
-func (e *notSentError) Error() string { return e.err.Error() }
-func (e *notSentError) Unwrap() error { return e.err }
-
-func notSent(err error) error { return &notSentError{err} }
+// notSent marks a failure that came before any byte of the request left
+// (validation, queue full, bus closed, deadline passed or cancelled while
+// waiting for the bus, connect failed or timed out, backoff, port could not
+// be opened or flushed, nothing of the frame accepted by the OS) with
+// drivers.ErrNotSent: a write that failed so was certainly not applied, even
+// when the failure is a timeout. A failure without the mark may have come
+// after the device got the request.
+func notSent(err error) error { return fmt.Errorf("%w: %w", drivers.ErrNotSent, err) }
 
 // wasSent reports whether err may have come after the request left.
-func wasSent(err error) bool {
-	var ns *notSentError
-	return !errors.As(err, &ns)
-}
+func wasSent(err error) bool { return !errors.Is(err, drivers.ErrNotSent) }

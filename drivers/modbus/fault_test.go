@@ -251,6 +251,9 @@ func writeUnderFault(t *testing.T, fb faultBus, fc faultCase, op writeOp) {
 	if frames != 1 {
 		t.Errorf("FC%d: %d frames on the wire for one call, want 1", op.fc, frames)
 	}
+	if errors.Is(err, drivers.ErrNotSent) {
+		t.Errorf("FC%d: err = %v says not sent, but the frame reached the device", op.fc, err)
+	}
 	if want := count(fc.applied); applied != want {
 		t.Errorf("FC%d: applied %d times, want %d", op.fc, applied, want)
 	}
@@ -357,8 +360,8 @@ func TestFaultUnsentWriteIsNoDoubt(t *testing.T) {
 			// write only: a reopened /dev/pts/N may be another test's pty.
 			err := fb.bus.WriteRegisters(context.Background(), 1, faultAddr, []uint16{1})
 			t.Logf("write with the device gone: %v", err)
-			if !errors.Is(err, drivers.ErrUnreachable) || errors.Is(err, drivers.ErrInDoubt) {
-				t.Fatalf("err = %v, want unreachable and not in doubt", err)
+			if !errors.Is(err, drivers.ErrUnreachable) || !errors.Is(err, drivers.ErrNotSent) || errors.Is(err, drivers.ErrInDoubt) {
+				t.Fatalf("err = %v, want unreachable, not sent, not in doubt", err)
 			}
 		})
 	}
@@ -448,10 +451,55 @@ func TestFaultCancelledOnTheBusIsInDoubt(t *testing.T) {
 	}
 	cancel()
 	err := <-errc
-	if !errors.Is(err, drivers.ErrInDoubt) || !errors.Is(err, context.Canceled) {
-		t.Fatalf("write cancelled on the bus = %v, want in doubt and cancelled", err)
+	if !errors.Is(err, drivers.ErrInDoubt) || !errors.Is(err, context.Canceled) || errors.Is(err, drivers.ErrNotSent) {
+		t.Fatalf("write cancelled on the bus = %v, want in doubt and cancelled, not 'not sent'", err)
 	}
 	if !strings.Contains(err.Error(), "write outcome unknown") {
 		t.Fatalf("error does not say the outcome is unknown: %v", err)
+	}
+}
+
+// TestFaultTCPWriteThatNeverLeftIsNotSent: on Modbus TCP a write that
+// failed before any byte of it was on a connection (the dial refused or timed
+// out, the backoff refused to dial, the deadline had passed when the frame
+// was to be written) was not sent, though two of them are timeouts; a retry
+// then writes once.
+func TestFaultTCPWriteThatNeverLeftIsNotSent(t *testing.T) {
+	fb := newFaultBus(t, "tcp", 0)
+	tr := fb.bus.tr.(*tcpTransport)
+	write := func() error { return fb.bus.WriteRegisters(context.Background(), 1, faultAddr, []uint16{7}) }
+	notSent := func(what string, err error, cause error) {
+		t.Helper()
+		t.Logf("write %s: %v", what, err)
+		if !errors.Is(err, drivers.ErrNotSent) || !errors.Is(err, cause) || errors.Is(err, drivers.ErrInDoubt) {
+			t.Errorf("write %s = %v, want %v, not sent, not in doubt", what, err, cause)
+		}
+	}
+	// The bus timeout (each attempt's deadline) is a nanosecond: passed
+	// before the frame is written on the open connection, then before the
+	// dial of the next attempt ends. The caller runs the write itself, so
+	// the setting is changed on the bus's own goroutine.
+	fb.bus.set.timeout = time.Nanosecond
+	notSent("whose deadline passed before the frame was written", write(), drivers.ErrTimeout)
+	notSent("whose dial timed out", write(), drivers.ErrTimeout)
+	fb.bus.set.timeout = faultTimeout
+
+	// The backoff after the failed dial (one more failure: 200 ms) ends after
+	// this write's deadline, so it is not dialled at all.
+	tr.bo.failed(time.Now(), errors.New("dial failed"))
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := fb.bus.WriteRegisters(ctx, 1, faultAddr, []uint16{7})
+	notSent("refused by the backoff", err, drivers.ErrUnreachable)
+	if !strings.Contains(err.Error(), "failed attempts") {
+		t.Errorf("write refused by the backoff = %v, want it to say so", err)
+	}
+	tr.bo.succeeded()
+
+	// A device that is gone refuses the dial.
+	fb.stop()
+	notSent("whose dial was refused", write(), drivers.ErrUnreachable)
+	if n := fb.dev.Requests(fcWriteRegister); n != 0 {
+		t.Fatalf("%d write frames reached the device, want none", n)
 	}
 }
