@@ -429,13 +429,7 @@ func (r refusingRegs) WriteRegisters(ctx context.Context, unit uint8, addr uint1
 // pumpThenHeat is the operations device with a sequence whose second step
 // waits for a ramp.
 func pumpThenHeat(t *testing.T) string {
-	t.Helper()
-	base, err := os.ReadFile("testdata/operations.manifest.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "ops.manifest.yml")
-	seq := `
+	return opsWith(t, `
   - name: pump_then_heat
     kind: sequence
     description: Stop the pump, then ramp the oven up and wait for it.
@@ -443,8 +437,19 @@ func pumpThenHeat(t *testing.T) string {
     steps:
       - {tool: do_pump, value: false}
       - {tool: start_oven_ramp, value: 150, wait: true}
-`
-	if err := os.WriteFile(path, append(base, seq...), 0o600); err != nil {
+`)
+}
+
+// opsWith is the path of the operations device with more of its capabilities
+// list (YAML list items) after its own.
+func opsWith(t *testing.T, more string) string {
+	t.Helper()
+	base, err := os.ReadFile("testdata/operations.manifest.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "ops.manifest.yml")
+	if err := os.WriteFile(path, append(base, more...), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path

@@ -2,8 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -102,12 +100,7 @@ func TestSequenceInterruptedWhileUndoingIsNotRunForward(t *testing.T) {
 // pump off). Before, the retry replayed step 1 (pump on) as done, wrote
 // the valve and answered completed, with the pump off.
 func TestSequenceInterruptedIsNotRunForwardAfterTheSafeState(t *testing.T) {
-	base, err := os.ReadFile("testdata/operations.manifest.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "ops.manifest.yml")
-	seq := `
+	path := opsWith(t, `
   - name: pump_then_valve
     kind: sequence
     description: Start the pump, then open the valve.
@@ -115,10 +108,7 @@ func TestSequenceInterruptedIsNotRunForwardAfterTheSafeState(t *testing.T) {
     steps:
       - {tool: do_pump, value: true}
       - {tool: do_valve_command, value: 50}
-`
-	if err := os.WriteFile(path, append(base, seq...), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	m, diags := manifest.Load(path)
 	if m == nil || diags.HasErrors() {
 		t.Fatalf("manifest: %s", diags)

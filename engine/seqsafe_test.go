@@ -2,8 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -23,12 +21,7 @@ import (
 // Before, the approved step switched the pump on after the safe state had
 // switched it off, and the sequence answered completed.
 func TestSafeStateStopsAStepAlreadyUnderWay(t *testing.T) {
-	base, err := os.ReadFile("testdata/operations.manifest.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "ops.manifest.yml")
-	seq := `
+	path := opsWith(t, `
   - name: heat_then_pump
     kind: sequence
     description: Raise the oven setpoint, then start the pump.
@@ -36,10 +29,7 @@ func TestSafeStateStopsAStepAlreadyUnderWay(t *testing.T) {
     steps:
       - {tool: do_oven_setpoint, value: 30}
       - {tool: do_pump, value: true}
-`
-	if err := os.WriteFile(path, append(base, seq...), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	m, diags := manifest.Load(path)
 	if m == nil || diags.HasErrors() {
 		t.Fatalf("manifest: %s", diags)
