@@ -65,32 +65,42 @@ capabilities:
 
 func newWireRig(t *testing.T, rtu bool, retries int) *wireRig {
 	t.Helper()
-	var bus string
-	var dev *modbusfault.Device
+	dev, bus := wireDevice(t, rtu, fmt.Sprintf("timeout_ms: %d, retries: %d", wireTimeout, retries))
+	return wireRigOn(t, dev, bus, engine.Options{})
+}
+
+// wireDevice starts a device that misbehaves on demand, over RTU on a
+// pseudo-terminal or TCP on loopback, and returns it and its bus as a
+// manifest describes it, with options (YAML flow mapping entries) added.
+func wireDevice(t *testing.T, rtu bool, options string) (*modbusfault.Device, string) {
+	t.Helper()
 	if rtu {
 		s := modbusfault.StartRTU(t)
-		dev = s.Device
-		bus = fmt.Sprintf("{type: modbus-rtu, port: %s, baud: 115200, parity: none, stop_bits: 1, timeout_ms: %d, retries: %d}", s.Path(), wireTimeout, retries)
-	} else {
-		s := modbusfault.StartTCP(t)
-		dev = s.Device
-		bus = fmt.Sprintf("{type: modbus-tcp, address: %q, timeout_ms: %d, retries: %d}", s.Addr(), wireTimeout, retries)
+		return s.Device, fmt.Sprintf("{type: modbus-rtu, port: %s, baud: 115200, parity: none, stop_bits: 1, %s}", s.Path(), options)
 	}
-	return wireRigOn(t, dev, bus, engine.Options{})
+	s := modbusfault.StartTCP(t)
+	return s.Device, fmt.Sprintf("{type: modbus-tcp, address: %q, %s}", s.Addr(), options)
 }
 
 // wireRigOn is a rig on dev, whose bus the manifest describes as bus.
 func wireRigOn(t *testing.T, dev *modbusfault.Device, bus string, opts engine.Options) *wireRig {
 	t.Helper()
+	return wireRigWith(t, dev, wireManifest, bus, opts, nil)
+}
+
+// wireRigWith is wireRigOn with the manifest template (a format taking the
+// bus) and wrap around each bus the engine is given (nil: none).
+func wireRigWith(t *testing.T, dev *modbusfault.Device, template, bus string, opts engine.Options, wrap func(drivers.Bus) drivers.Bus) *wireRig {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "wire.manifest.yml")
-	if err := os.WriteFile(path, fmt.Appendf(nil, wireManifest, bus), 0o600); err != nil {
+	if err := os.WriteFile(path, fmt.Appendf(nil, template, bus), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	m, diags := manifest.Load(path)
 	if m == nil {
 		t.Fatalf("manifest: %s", diags)
 	}
-	w := &wireRig{dev: dev, m: m}
+	w := &wireRig{dev: dev, m: m, wrap: wrap}
 	w.e = w.open(t, opts)
 	return w
 }

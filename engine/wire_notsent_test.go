@@ -2,9 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -56,32 +53,17 @@ func (h *hogBus) WriteRegisters(ctx context.Context, unit uint8, addr uint16, va
 // test's, so that a cooldown lasts until the test moves it.
 func notSentRig(t *testing.T, rtu bool) (*wireRig, *hogBus, *testclock.Clock) {
 	t.Helper()
-	var bus string
-	var dev *modbusfault.Device
-	if rtu {
-		s := modbusfault.StartRTU(t)
-		dev = s.Device
-		bus = fmt.Sprintf("{type: modbus-rtu, port: %s, baud: 115200, parity: none, stop_bits: 1, timeout_ms: 3000, retries: 1}", s.Path())
-	} else {
-		s := modbusfault.StartTCP(t)
-		dev = s.Device
-		bus = fmt.Sprintf("{type: modbus-tcp, address: %q, timeout_ms: 3000, retries: 1, late_write_ms: 0}", s.Addr())
+	options := "timeout_ms: 3000, retries: 1"
+	if !rtu {
+		options += ", late_write_ms: 0"
 	}
-	path := filepath.Join(t.TempDir(), "notsent.manifest.yml")
-	if err := os.WriteFile(path, fmt.Appendf(nil, notSentManifest, bus), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	m, diags := manifest.Load(path)
-	if m == nil {
-		t.Fatalf("manifest: %s", diags)
-	}
+	dev, bus := wireDevice(t, rtu, options)
 	hb := &hogBus{}
-	w := &wireRig{dev: dev, m: m, wrap: func(b drivers.Bus) drivers.Bus {
+	clk := testclock.New(time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC))
+	w := wireRigWith(t, dev, notSentManifest, bus, engine.Options{Now: clk.Now}, func(b drivers.Bus) drivers.Bus {
 		hb.ModbusBus = b.(drivers.ModbusBus)
 		return hb
-	}}
-	clk := testclock.New(time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC))
-	w.e = w.open(t, engine.Options{Now: clk.Now})
+	})
 	return w, hb, clk
 }
 
