@@ -15,6 +15,7 @@ import (
 	"github.com/physmcp/physmcpd/drivers/sim"
 	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/manifest"
+	"github.com/physmcp/physmcpd/policy"
 	"github.com/physmcp/physmcpd/promcp"
 	"github.com/physmcp/physmcpd/state"
 )
@@ -89,6 +90,28 @@ func opsRigFrom(t *testing.T, path, dir string, opts engine.Options, wrap func(*
 		opts.Idempotency, opts.Limits, opts.Operations = store, store, store
 	}
 	e, err := engine.New(m, nil, map[string]drivers.Bus{"mb": bus}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e, wire
+}
+
+// simEngineWith is an engine for m on simulated buses under the policy
+// policyYAML, its Modbus bus logged.
+func simEngineWith(t *testing.T, m *manifest.Manifest, policyYAML string) (*engine.Engine, *busLog) {
+	t.Helper()
+	p, diags := policy.Parse("ops.policy.yml", []byte(policyYAML), m)
+	if p == nil || len(diags) != 0 {
+		t.Fatalf("policy: %v", diags)
+	}
+	buses, err := drivers.OpenAll(context.Background(), m, nil, sim.NewOpener(sim.Options{}), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wire := &busLog{ModbusBus: buses["mb"].(drivers.ModbusBus)}
+	buses["mb"] = wire
+	e, err := engine.New(m, p, buses, engine.Options{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,11 +5,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/physmcp/physmcpd/drivers"
-	"github.com/physmcp/physmcpd/drivers/sim"
 	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/manifest"
-	"github.com/physmcp/physmcpd/policy"
 	"github.com/physmcp/physmcpd/promcp"
 )
 
@@ -28,27 +25,13 @@ func TestCanDoRolesOfOperations(t *testing.T) {
 			c.Simulation = &manifest.PointSim{Initial: 50} // the changeover's last step is not interlocked
 		}
 	}
-	p, diags := policy.Parse("ops.policy.yml", []byte(`physmcp_policy_version: "0.1"
+	e, wire := simEngineWith(t, m, `physmcp_policy_version: "0.1"
 capabilities:
   do_oven_setpoint:
     rules: [{type: permission, require: [supervisor, admin]}]
   do_transfer_pump:
     rules: [{type: permission, require: [operator, admin]}]
-`), m)
-	if p == nil || len(diags) != 0 {
-		t.Fatalf("policy: %v", diags)
-	}
-	buses, err := drivers.OpenAll(context.Background(), m, nil, sim.NewOpener(sim.Options{}), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wire := &busLog{ModbusBus: buses["mb"].(drivers.ModbusBus)}
-	buses["mb"] = wire
-	e, err := engine.New(m, p, buses, engine.Options{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
+`)
 	ctx := context.Background()
 	admin := engine.Caller{Identity: "admin", Role: manifest.RoleAdmin}
 	for _, c := range []struct {

@@ -5,11 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/physmcp/physmcpd/drivers"
-	"github.com/physmcp/physmcpd/drivers/sim"
 	"github.com/physmcp/physmcpd/engine"
 	"github.com/physmcp/physmcpd/manifest"
-	"github.com/physmcp/physmcpd/policy"
 	"github.com/physmcp/physmcpd/promcp"
 )
 
@@ -34,25 +31,11 @@ func TestSafeStateStopsAStepAlreadyUnderWay(t *testing.T) {
 	if m == nil || diags.HasErrors() {
 		t.Fatalf("manifest: %s", diags)
 	}
-	p, diags := policy.Parse("ops.policy.yml", []byte(`physmcp_policy_version: "0.1"
+	e, wire := simEngineWith(t, m, `physmcp_policy_version: "0.1"
 capabilities:
   do_pump:
     rules: [{type: human_approval}]
-`), m)
-	if p == nil || len(diags) != 0 {
-		t.Fatalf("policy: %v", diags)
-	}
-	buses, err := drivers.OpenAll(context.Background(), m, nil, sim.NewOpener(sim.Options{}), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wire := &busLog{ModbusBus: buses["mb"].(drivers.ModbusBus)}
-	buses["mb"] = wire
-	e, err := engine.New(m, p, buses, engine.Options{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
+`)
 	ctx := context.Background()
 	caller := operator
 	caller.Approve = func(ctx context.Context, req engine.ApprovalRequest) (engine.Approval, error) {
